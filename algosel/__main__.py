@@ -1,0 +1,5 @@
+import sys
+
+from algosel.cli import main
+
+sys.exit(main())

@@ -1,0 +1,134 @@
+"""How far each selector's choice is from the best measured candidate, per problem and in aggregate.
+
+A *selector* maps a problem to one candidate. The baselines are read off the records:
+
+- ``heuristic_a`` / ``heuristic_b``: the first engine config of cuDNN's mode A (B) list that ran correctly.
+  Frameworks walk the list in order until a plan builds, so a failing rank 0 falls through to rank 1;
+- ``pytorch_default``: PyTorch's own convolution with ``cudnn.benchmark = False``;
+- ``best``: the fastest correct candidate of any space (engine configs, GEMM lowering, PyTorch's default).
+
+The *time ratio* of a selector on a problem is its candidate's median time over the best one's (1.0 = best).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+WITHIN = 1.05  # "within 5% of best"
+
+
+def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of candidates that ran correctly and were timed."""
+    return frame[(frame["status"] == "ok") & frame["time_ms_median"].notna()]
+
+
+def _first_by_rank(ok: pd.DataFrame, column: str) -> pd.Series:
+    """Per problem, the time of the lowest-ranked (by ``column``) correct candidate."""
+    ranked = ok[ok[column] >= 0].sort_values(["problem_key", column])
+    return ranked.groupby("problem_key")["time_ms_median"].first()
+
+
+def per_problem(frame: pd.DataFrame, extra: Mapping[str, pd.Series] | None = None) -> pd.DataFrame:
+    """One row per problem: the best time and the time of each baseline selector (and of ``extra`` ones).
+
+    ``extra`` maps a selector name to a Series of times indexed by ``problem_key``.
+    """
+    ok = ok_rows(frame)
+    if ok.empty:
+        raise ValueError("no correct, timed records to analyse")
+    g = ok.groupby("problem_key")
+    best_idx = g["time_ms_median"].idxmin()
+    out = ok.loc[best_idx, ["problem_key", "direction", "dtype", "layout", "source", "candidate_id", "space",
+                            "time_ms_median"]].set_index("problem_key")  # fmt: skip
+    out = out.rename(columns={"candidate_id": "best_candidate", "space": "best_space", "time_ms_median": "best"})
+    out["heuristic_a"] = _first_by_rank(ok, "rank_a")
+    out["heuristic_b"] = _first_by_rank(ok, "rank_b")
+    out["pytorch_default"] = ok[ok["space"] == "pytorch"].groupby("problem_key")["time_ms_median"].min()
+    gemm = ok[ok["space"] == "gemm"].groupby("problem_key")["time_ms_median"].min()
+    out["gemm"] = gemm
+    out["gemm_applicable"] = out.index.isin(frame.loc[frame["space"] == "gemm", "problem_key"])
+    for name, series in (extra or {}).items():
+        out[name] = series
+    return out
+
+
+def geomean(values: pd.Series | np.ndarray) -> float:
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return float(np.exp(np.log(v).mean())) if v.size else float("nan")
+
+
+def selector_stats(ratios: pd.Series) -> dict[str, float]:
+    """Geomean, p95 and worst of time ratios, share within 5% of best, and top-1 share."""
+    r = ratios.dropna()
+    if r.empty:
+        return {"problems": 0, "geomean": np.nan, "p95": np.nan, "worst": np.nan, "within_5pct": np.nan,
+                "top1": np.nan}  # fmt: skip
+    return {
+        "problems": int(r.size),
+        "geomean": geomean(r),
+        "p95": float(np.percentile(r, 95)),
+        "worst": float(r.max()),
+        "within_5pct": float((r <= WITHIN).mean()),
+        "top1": float((r <= 1.0 + 1e-12).mean()),
+    }
+
+
+def comparison_table(table: pd.DataFrame, selectors: list[str]) -> pd.DataFrame:
+    """Stats of every selector per direction, per dtype and overall (rows: group x selector)."""
+    rows = []
+    groups: list[tuple[str, Callable[[pd.DataFrame], pd.Series]]] = [
+        ("direction", lambda t: t["direction"]),
+        ("dtype", lambda t: t["dtype"]),
+    ]
+    slices = [("all", "all", table)]
+    for label, key in groups:
+        for value, part in table.groupby(key(table)):
+            slices.append((label, str(value), part))
+    for label, value, part in slices:
+        for sel in selectors:
+            stats = selector_stats(part[sel] / part["best"])
+            rows.append({"group": label, "value": value, "selector": sel, **stats})
+    return pd.DataFrame(rows)
+
+
+def summarize(frame: pd.DataFrame, worst: int = 10) -> str:
+    """The text report of ``algosel summarize``."""
+    table = per_problem(frame)
+    selectors = ["heuristic_a", "heuristic_b", "pytorch_default"]
+    comp = comparison_table(table, selectors)
+    lines = [
+        f"{frame['problem_key'].nunique()} problems ({frame['case_key'].nunique()} cases), "
+        f"{len(frame)} records, {int((frame['status'] != 'ok').sum())} failures "
+        f"({', '.join(f'{k} {v}' for k, v in frame.loc[frame['status'] != 'ok', 'status'].value_counts().items())})",
+        "",
+        "Time of each selector's choice / best measured candidate (geomean; share within 5% of best):",
+    ]
+    shown = comp.copy()
+    for col in ("geomean", "p95", "worst"):
+        shown[col] = shown[col].map(lambda v: f"{v:.3f}")
+    for col in ("within_5pct", "top1"):
+        shown[col] = shown[col].map(lambda v: f"{100 * v:.1f}%")
+    lines.append(shown.to_string(index=False))
+    app = table[table["gemm_applicable"]]
+    wins = (app["best_space"] == "gemm").sum()
+    gain = app["pytorch_default"] / app["best"]
+    lines += [
+        "",
+        f"GEMM lowering applies to {len(app)} problems and is the best candidate on {wins} of them "
+        f"(speedup of the best over PyTorch's default there: geomean {geomean(gain):.2f}x, max {gain.max():.1f}x).",
+        "",
+        f"Best candidate by space: {table['best_space'].value_counts().to_dict()}",
+        "",
+    ]
+    for sel in selectors:
+        ratio = (table[sel] / table["best"]).sort_values(ascending=False).head(worst)
+        lines.append(f"Worst {len(ratio)} cases of {sel}:")
+        for key, r in ratio.items():
+            best = f"{table.at[key, 'best_candidate']}, {table.at[key, 'best']:.4f} ms"
+            lines.append(f"  {r:7.2f}x  {key}  (best: {best})")
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,244 @@
+"""cuDNN graph API engine configs, through ``nvidia-cudnn-frontend`` (the ``cudnn`` Python module).
+
+For a problem, the candidates are the union of the engine-config lists that cuDNN's heuristic modes A, B and
+FALLBACK return, deduplicated by name (engine id plus knob values, e.g. ``eng67_k2=5_k13=0``). Each candidate
+records its rank in every list; rank 0 of mode A is what cuDNN's heuristic would run.
+
+One operation graph is built per heuristic mode (planning is one-shot per graph in the frontend), and each
+candidate is built and executed from the graph of the first mode that lists it, so enumerating costs three
+heuristic queries and preparing builds exactly one plan. Numerical notes (``nondeterministic``,
+``tensor_core``...) are read by planning a graph with one note deselected and asking which plans are barred.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from algosel.candidates.base import Candidate, CandidateError, CandidateSpace, PreparedCandidate
+from algosel.operands import Operands, empty_like_layout
+from algosel.problem import ConvProblem
+
+_MODES = ("a", "b", "fallback")
+#: Numerical notes read for every candidate. Each costs one extra heuristic query per problem.
+DEFAULT_NOTES: tuple[str, ...] = ("nondeterministic", "tensor_core", "down_convert_inputs")
+#: Notes a ``float32_strict`` problem deselects: they mean TF32 (or lower) math, as PyTorch filters them.
+_STRICT_FP32_EXCLUDED = ("tensor_core", "down_convert_inputs")
+_NAME_RE = re.compile(r"^eng(\d+)(?:_(.*))?$")
+
+
+def _cudnn():
+    import cudnn  # noqa: PLC0415 - optional dependency, imported on first use
+
+    return cudnn
+
+
+def parse_engine_name(name: str) -> tuple[int, str]:
+    """Split ``eng67_k2=5_k13=0`` into ``(67, "k2=5_k13=0")``; ``(-1, name)`` for anything else."""
+    match = _NAME_RE.match(name)
+    if match is None:
+        return -1, name
+    return int(match.group(1)), match.group(2) or ""
+
+
+@dataclass
+class _ModeGraph:
+    graph: Any
+    tensors: dict[str, Any]
+    names: list[str]
+
+
+@dataclass
+class _ProblemState:
+    graphs: dict[str, _ModeGraph] = field(default_factory=dict)
+    where: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> (mode, plan index)
+
+
+class _PreparedEngine(PreparedCandidate):
+    def __init__(self, space: CudnnEngineSpace, problem: ConvProblem, candidate: Candidate, mg: _ModeGraph, index: int):
+        self.problem = problem
+        self.candidate = candidate
+        self._space = space
+        self._mg = mg
+        self._index = index
+        try:
+            mg.graph.build_plan_at_index(index)
+            self.workspace_bytes = int(mg.graph.get_workspace_size_plan_at_index(index))
+        except Exception as exc:  # noqa: BLE001 - the frontend raises several types for one meaning
+            raise CandidateError("build_failed", f"{type(exc).__name__}: {exc}") from exc
+        self._workspace: torch.Tensor | None = None
+
+    def allocate(self) -> None:
+        self._workspace = torch.empty(max(self.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
+
+    def run(self, ops: Operands) -> torch.Tensor:
+        if self._workspace is None:
+            self.allocate()
+        t = self._mg.tensors
+        d = self.problem.direction
+        out = ops.y if d == "fwd" else ops.x if d == "bwd_data" else ops.w
+        pack = {t["x"]: ops.x, t["w"]: ops.w, t["y"]: ops.y}
+        handle = self._space.handle_for_current_stream()
+        self._mg.graph.execute_plan_at_index(pack, self._workspace, index=self._index, handle=handle)
+        return out
+
+    def close(self) -> None:
+        self._workspace = None
+
+
+class CudnnEngineSpace(CandidateSpace):
+    """Every engine config cuDNN's graph API offers for a problem (see the module docstring).
+
+    Parameters
+    ----------
+    notes : tuple of str
+        Numerical notes to read for each candidate (names of ``cudnn.numerical_note`` in lower case).
+    """
+
+    name = "cudnn"
+
+    def __init__(self, notes: tuple[str, ...] = DEFAULT_NOTES):
+        self.notes = tuple(notes)
+        self._handle = None
+        self._state: dict[str, _ProblemState] = {}
+
+    def available(self) -> str | None:
+        if not torch.cuda.is_available():
+            return "no CUDA device"
+        try:
+            _cudnn()
+        except ImportError as exc:
+            return f"nvidia-cudnn-frontend is not installed ({exc}); pip install 'algosel[gpu]'"
+        return None
+
+    def handle_for_current_stream(self):
+        cudnn = _cudnn()
+        if self._handle is None:
+            self._handle = cudnn.create_handle()
+        cudnn.set_stream(self._handle, torch.cuda.current_stream().cuda_stream)
+        return self._handle
+
+    # ----------------------------------------------------------------------------------------- graphs
+    def _graph(self, problem: ConvProblem, modes: list[str], deselect: tuple[str, ...] = ()) -> _ModeGraph:
+        cudnn = _cudnn()
+        io = {"float16": cudnn.data_type.HALF, "bfloat16": cudnn.data_type.BFLOAT16}.get(
+            problem.dtype, cudnn.data_type.FLOAT
+        )
+        g = cudnn.pygraph(
+            io_data_type=io,
+            intermediate_data_type=cudnn.data_type.FLOAT,
+            compute_data_type=cudnn.data_type.FLOAT,
+            handle=self.handle_for_current_stream(),
+        )
+        like = {
+            role: empty_like_layout(shape, problem, "meta")
+            for role, shape in (("x", problem.x_shape), ("w", problem.w_shape), ("y", problem.y_shape))
+        }
+
+        def tensor(role: str):
+            return g.tensor(name=role, dim=list(like[role].shape), stride=list(like[role].stride()), data_type=io)
+
+        geometry = {
+            "padding": [problem.pad_h, problem.pad_w],
+            "stride": [problem.stride_h, problem.stride_w],
+            "dilation": [problem.dilation_h, problem.dilation_w],
+            "compute_data_type": cudnn.data_type.FLOAT,
+        }
+        if problem.direction == "fwd":
+            x, w = tensor("x"), tensor("w")
+            y = g.conv_fprop(image=x, weight=w, **geometry)
+            out_role = "y"
+        elif problem.direction == "bwd_data":
+            y, w = tensor("y"), tensor("w")
+            x = g.conv_dgrad(loss=y, filter=w, **geometry)
+            out_role = "x"
+        else:
+            x, y = tensor("x"), tensor("y")
+            w = g.conv_wgrad(image=x, loss=y, **geometry)
+            out_role = "w"
+        out = {"x": x, "w": w, "y": y}[out_role]
+        out.set_output(True).set_dim(list(like[out_role].shape)).set_stride(list(like[out_role].stride()))
+        out.set_data_type(io)
+        g.validate()
+        g.build_operation_graph()
+        excluded = set(deselect) | (set(_STRICT_FP32_EXCLUDED) if problem.dtype == "float32_strict" else set())
+        if excluded:
+            g.deselect_numeric_notes([getattr(cudnn.numerical_note, n.upper()) for n in sorted(excluded)])
+        g.create_execution_plans([getattr(cudnn.heur_mode, m.upper()) for m in modes])
+        names = [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())]
+        return _ModeGraph(graph=g, tensors={"x": x, "w": w, "y": y}, names=names)
+
+    def _supported_names(self, mg: _ModeGraph) -> set[str]:
+        """Names of the plans of ``mg`` that a note filter did not bar (the backend's own plan list)."""
+        lowered = mg.graph._lowered_graph  # the C++ graph: the only place the barred state is visible
+        supported = set()
+        for j in range(lowered.get_execution_plan_count()):
+            try:
+                lowered.check_support_at_index(j)
+            except Exception:  # noqa: BLE001,S112 - barred (or unsupported): not counted
+                continue
+            supported.add(lowered.get_plan_name_at_index(j))
+        return supported
+
+    def enumerate(self, problem: ConvProblem) -> list[Candidate]:
+        state = _ProblemState()
+        ranks: dict[str, dict[str, int]] = {}
+        errors = []
+        for mode in _MODES:
+            try:
+                mg = self._graph(problem, [mode])
+            except Exception as exc:  # noqa: BLE001 - a mode with no config for the graph
+                errors.append(f"{mode}: {type(exc).__name__}: {exc}")
+                continue
+            state.graphs[mode] = mg
+            for rank, name in enumerate(mg.names):
+                ranks.setdefault(name, {})[mode] = rank
+                state.where.setdefault(name, (mode, rank))
+        if not state.where:
+            raise CandidateError("build_failed", "no heuristic mode offered an engine config: " + "; ".join(errors))
+
+        notes: dict[str, list[str]] = {name: [] for name in state.where}
+        if self.notes:
+            everyone = self._supported_names(self._graph(problem, list(_MODES)))
+            for note in self.notes:
+                try:
+                    kept = self._supported_names(self._graph(problem, list(_MODES), deselect=(note,)))
+                except Exception:  # noqa: BLE001 - every config has the note: the filtered graph has no plan
+                    kept = set()
+                for name in everyone - kept:
+                    if name in notes:
+                        notes[name].append(note)
+        for name, (mode, index) in state.where.items():
+            try:
+                behaviour = state.graphs[mode].graph.get_behavior_notes_for_plan_at_index(index)
+            except Exception:  # noqa: BLE001 - unknown behaviour: leave it out
+                behaviour = []
+            labels = (str(b).rsplit(".", 1)[-1].lower() for b in behaviour)
+            notes[name] += [label for label in labels if label != "type_count"]
+
+        self._state[problem.key] = state
+        candidates = []
+        for name in state.where:
+            engine_id, knobs = parse_engine_name(name)
+            r = ranks[name]
+            candidates.append(
+                Candidate(
+                    space=self.name, name=name, engine_id=engine_id, knobs=knobs,
+                    rank_a=r.get("a", -1), rank_b=r.get("b", -1), rank_fallback=r.get("fallback", -1),
+                    notes=tuple(sorted(set(notes[name]))),
+                )  # fmt: skip
+            )
+        return candidates
+
+    def prepare(self, problem: ConvProblem, candidate: Candidate) -> PreparedCandidate:
+        state = self._state.get(problem.key)
+        if state is None or candidate.name not in state.where:
+            raise CandidateError("build_failed", f"{candidate.candidate_id} was not enumerated for {problem.key}")
+        mode, index = state.where[candidate.name]
+        return _PreparedEngine(self, problem, candidate, state.graphs[mode], index)
+
+    def release(self, problem: ConvProblem) -> None:
+        self._state.pop(problem.key, None)

@@ -1,0 +1,123 @@
+"""A seeded grid of convolution shapes covering what networks use.
+
+The grid is sampled, not enumerated (the full product of the axes is astronomically large): each shape first
+draws a *family* (the kinds of layer networks are made of), then its sizes within that family. Axes covered:
+channels 1 to 4096, spatial sizes 1 to 600, kernels 1/3/5/7/11 plus asymmetric 1xk/kx1 and fully-connected-mode
+kernels, strides 1, 2 and 4, 'same' and 'valid' padding, dilation 1 to 6 and beyond, groups 1 and depthwise,
+batch 1 to 1600. Shapes whose operands would not fit the memory budget, or whose FLOPs exceed the sweep's time
+budget, are redrawn. The same seed always gives the same list.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from algosel.problem import ConvProblem, same_padding
+
+#: (family, probability). Families mirror the layers of CNNs: plain 3x3, pointwise 1x1, large kernels
+#: (stems, AlexNet), dilated (segmentation), depthwise (mobile nets), fully connected mode, and odd shapes.
+FAMILIES: tuple[tuple[str, float], ...] = (
+    ("conv3x3", 0.30),
+    ("pointwise", 0.20),
+    ("large_kernel", 0.10),
+    ("dilated", 0.08),
+    ("depthwise", 0.12),
+    ("fully_connected", 0.08),
+    ("odd", 0.12),
+)
+_NICE_CHANNELS = np.array([3, 8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 256, 320, 384, 480, 512, 576,
+                           640, 768, 960, 1024, 1280, 1536, 2048, 2560, 3072, 4096])  # fmt: skip
+_BATCHES = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """Parameters of the grid.
+
+    ``max_operand_bytes`` bounds x + w + y of one problem; ``max_flops`` bounds its FLOPs (the sweep times
+    every candidate several times, so this bounds the sweep's time per problem).
+    """
+
+    count: int = 400
+    seed: int = 0
+    max_operand_bytes: int = 1 << 30
+    max_flops: float = 2e11
+
+
+def _channels(rng: np.random.Generator, odd_share: float = 0.15) -> int:
+    if rng.random() < odd_share:
+        return int(rng.integers(1, 4097)) if rng.random() < 0.3 else int(rng.integers(1, 300))
+    return int(rng.choice(_NICE_CHANNELS))
+
+
+def _spatial(rng: np.random.Generator, low: int = 1, high: int = 600) -> int:
+    return int(round(math.exp(rng.uniform(math.log(low), math.log(high)))))
+
+
+def _draw(rng: np.random.Generator, family: str) -> dict:
+    """Fields of one shape of ``family`` (not yet validated)."""
+    n = int(rng.choice(_BATCHES))
+    h = _spatial(rng, 4, 600)
+    w = h if rng.random() < 0.7 else _spatial(rng, 4, 600)
+    c, k = _channels(rng), _channels(rng)
+    stride = int(rng.choice([1, 1, 1, 2, 2, 4]))
+    f = {"n": n, "c": c, "k": k, "h": h, "w": w, "groups": 1, "dilation_h": 1, "dilation_w": 1}
+    if family == "conv3x3":
+        f.update(r=3, s=3, pad_h=1, pad_w=1, stride_h=min(stride, 2), stride_w=min(stride, 2))
+    elif family == "pointwise":
+        f.update(r=1, s=1, pad_h=0, pad_w=0, stride_h=1, stride_w=1)
+        if rng.random() < 0.2:  # downsampling projection shortcut
+            f.update(stride_h=2, stride_w=2)
+    elif family == "large_kernel":
+        kernel = int(rng.choice([5, 7, 11]))
+        pad = same_padding(kernel) if rng.random() < 0.6 else 0
+        f.update(r=kernel, s=kernel, pad_h=pad, pad_w=pad, stride_h=stride, stride_w=stride)
+    elif family == "dilated":
+        d = int(rng.choice([2, 3, 4, 5, 6, 8, 12, 18]))
+        f.update(r=3, s=3, pad_h=d, pad_w=d, stride_h=1, stride_w=1, dilation_h=d, dilation_w=d)
+    elif family == "depthwise":
+        kernel = int(rng.choice([3, 3, 5, 7]))
+        f.update(k=c, groups=c, r=kernel, s=kernel, pad_h=same_padding(kernel), pad_w=same_padding(kernel),
+                 stride_h=min(stride, 2), stride_w=min(stride, 2))  # fmt: skip
+        if rng.random() < 0.15:  # depth multiplier 2
+            f["k"] = 2 * c
+    elif family == "fully_connected":
+        size = int(rng.choice([1, 2, 3, 4, 5, 6, 7, 7, 8, 13]))
+        f.update(h=size, w=size, r=size, s=size, pad_h=0, pad_w=0, stride_h=1, stride_w=1)
+        f["n"] = int(rng.choice([1, 8, 32, 64, 128, 256, 512, 1024, 1600]))
+        f["c"] = int(rng.choice([64, 128, 256, 512, 1024, 2048])) if size > 1 else _channels(rng)
+    else:  # odd: asymmetric kernels, odd channel counts, anything goes
+        r, s = (int(v) for v in rng.choice([1, 2, 3, 4, 5, 7], size=2))
+        if rng.random() < 0.3:
+            r, s = (1, 7) if rng.random() < 0.5 else (7, 1)
+        pad_h, pad_w = (same_padding(r), same_padding(s)) if rng.random() < 0.5 else (0, 0)
+        f.update(r=r, s=s, pad_h=pad_h, pad_w=pad_w, stride_h=stride, stride_w=int(rng.choice([1, 2, stride])))
+        f["c"], f["k"] = _channels(rng, 0.6), _channels(rng, 0.6)
+        if rng.random() < 0.2 and f["c"] % 2 == 0 and f["k"] % 2 == 0:
+            f["groups"] = 2
+    return f
+
+
+def sample_grid(spec: GridSpec, dtype: str = "float32", layout: str = "nchw") -> list[ConvProblem]:
+    """``spec.count`` distinct forward problems, deterministic in ``spec.seed``."""
+    rng = np.random.default_rng(spec.seed)
+    names = [f for f, _ in FAMILIES]
+    probs = np.array([p for _, p in FAMILIES])
+    problems: dict[str, ConvProblem] = {}
+    attempts = 0
+    while len(problems) < spec.count:
+        attempts += 1
+        if attempts > 200 * spec.count:
+            raise RuntimeError(f"could not draw {spec.count} shapes within the budgets of {spec}")
+        fields = _draw(rng, str(rng.choice(names, p=probs / probs.sum())))
+        try:
+            p = ConvProblem(**fields, dtype=dtype, layout=layout, direction="fwd")
+        except ValueError:
+            continue  # e.g. a kernel larger than a small input: redraw
+        if p.bytes_moved > spec.max_operand_bytes or p.flops > spec.max_flops:
+            continue
+        problems.setdefault(p.shape_key, p)
+    return list(problems.values())
