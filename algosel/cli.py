@@ -48,7 +48,11 @@ def _cases_from_args(args):
     dtypes = _check_choices("--dtypes", _csv_list(args.dtypes), DTYPES)
     layouts = _check_choices("--layouts", _csv_list(args.layouts), LAYOUTS)
     grid_layouts = _check_choices("--grid-layouts", _csv_list(args.grid_layouts or args.layouts), LAYOUTS)
-    grid = GridSpec(count=args.grid, seed=args.seed, max_flops=args.max_flops) if args.grid else None
+    grid = (
+        GridSpec(count=args.grid, seed=args.seed, max_flops=args.max_flops, max_operand_bytes=args.max_operand_bytes)
+        if args.grid
+        else None
+    )
     cases = build_cases(grid, _suite_names(args.suites), dtypes, layouts, grid_layouts=grid_layouts)
     return cases[: args.limit] if args.limit else cases
 
@@ -138,7 +142,8 @@ def cmd_env(args) -> int:
 def cmd_grid(args) -> int:
     from algosel.grid import GridSpec, sample_grid  # noqa: PLC0415
 
-    shapes = sample_grid(GridSpec(count=args.count, seed=args.seed, max_flops=args.max_flops))
+    spec = GridSpec(count=args.count, seed=args.seed, max_flops=args.max_flops, max_operand_bytes=args.max_operand_bytes)
+    shapes = sample_grid(spec)
     for p in shapes:
         print(p.shape_key)
     return 0
@@ -165,16 +170,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume-from", action="append", default=[], help="dataset whose cases are skipped")
     p.add_argument("--grid", type=int, default=0, help="number of grid shapes (0: none)")
     p.add_argument("--seed", type=int, default=0, help="grid and operand seed")
-    p.add_argument("--max-flops", type=float, default=2e11, help="largest grid problem, in FLOPs")
+    p.add_argument("--max-flops", type=float, default=5e10, help="largest grid problem, in FLOPs")
+    p.add_argument("--max-operand-bytes", type=int, default=256 << 20, help="largest grid problem's x + w + y")
     p.add_argument("--suites", default="all", help="comma-separated suites, 'all' or 'none'")
     p.add_argument("--dtypes", default="float32,float16", help=f"comma-separated, of {', '.join(DTYPES)}")
     p.add_argument("--layouts", default="nchw", help="layouts of the suites' problems")
     p.add_argument("--grid-layouts", default=None, help="layouts of the grid's problems (default: --layouts)")
-    p.add_argument("--spaces", default="cudnn,gemm,pytorch", help="candidate spaces")
+    p.add_argument("--spaces", default="gemm,pytorch,cudnn", help="candidate spaces, measured in this order")
     p.add_argument("--shard", default="0/1", help="i/n: measure one of n disjoint shares of the cases")
     p.add_argument("--gpus", default=None, help="'all' or a count: one process (and shard) per GPU")
     p.add_argument("--time-budget-s", type=float, default=None, help="stop starting cases after this long")
-    p.add_argument("--budget-ms", type=float, default=20.0, help="device time per candidate for repeats")
+    p.add_argument("--budget-ms", type=float, default=10.0, help="device time per candidate for repeats")
     p.add_argument("--workspace-limit-bytes", type=int, default=8 << 30)
     p.add_argument("--limit", type=int, default=0, help="only the first N cases (a tiny sweep)")
     p.add_argument("--dry-run", action="store_true", help="print the number of cases and stop")
@@ -192,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("grid", help="print the shapes of the seeded grid")
     p.add_argument("--count", type=int, default=400)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-flops", type=float, default=2e11)
+    p.add_argument("--max-flops", type=float, default=5e10)
+    p.add_argument("--max-operand-bytes", type=int, default=256 << 20)
     p.set_defaults(func=cmd_grid)
 
     p = sub.add_parser("suites", help="extract the layer shapes of real networks into CSVs (needs torchvision)")

@@ -43,8 +43,8 @@ class GridSpec:
 
     count: int = 400
     seed: int = 0
-    max_operand_bytes: int = 1 << 30
-    max_flops: float = 2e11
+    max_operand_bytes: int = 256 << 20
+    max_flops: float = 5e10
 
 
 def _channels(rng: np.random.Generator, odd_share: float = 0.15) -> int:

@@ -81,19 +81,21 @@ class CudaEventTimer:
     budget_ms : float
         Device time to aim for per candidate; the repeat count is ``budget_ms / estimate`` clamped to
         ``[min_repeats, max_repeats]``.
-    slow_factor : float
-        A candidate whose warm-up time is more than ``slow_factor`` times the best so far gets
-        ``min_repeats`` repeats only: its rank is already clear.
+    slow_factor, single_factor : float
+        A candidate whose warm-up time is more than ``slow_factor`` times the best so far gets 3 repeats only,
+        and one more than ``single_factor`` times the best keeps its warm-up time as its only repeat: its rank
+        is already clear, and such candidates can take seconds each.
     flush_l2 : bool
         Overwrite a buffer of twice the L2 size before every repeat.
     """
 
     def __init__(
         self,
-        budget_ms: float = 20.0,
+        budget_ms: float = 10.0,
         min_repeats: int = 5,
-        max_repeats: int = 30,
+        max_repeats: int = 15,
         slow_factor: float = 4.0,
+        single_factor: float = 20.0,
         flush_l2: bool = True,
     ):
         import torch  # noqa: PLC0415 - keep module import light for CPU-only users
@@ -103,28 +105,35 @@ class CudaEventTimer:
         self.min_repeats = min_repeats
         self.max_repeats = max_repeats
         self.slow_factor = slow_factor
+        self.single_factor = single_factor
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         l2_bytes = int(getattr(props, "L2_cache_size", 64 << 20) or (64 << 20))
         self._flush = torch.empty(2 * l2_bytes, dtype=torch.uint8, device="cuda") if flush_l2 else None
 
-    def _estimate_ms(self, run: Callable[[int], object]) -> float:
+    def _estimate(self, run: Callable[[int], object]) -> tuple[float, float]:
+        """(device ms, host seconds) of one warm call."""
         torch = self._torch
         run(0)  # first call: lazy initialisation, plan caches
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
+        t0 = time.perf_counter()
         run(1)
+        host_s = time.perf_counter() - t0
         end.record()
         end.synchronize()
-        return max(start.elapsed_time(end), 1e-3)
+        return max(start.elapsed_time(end), 1e-3), host_s
 
     def measure(self, run: Callable[[int], object], label: str = "", best_ms: float | None = None) -> Measurement:
         torch = self._torch
-        estimate = self._estimate_ms(run)
+        estimate, host_s = self._estimate(run)
+        if best_ms is not None and estimate > self.single_factor * best_ms:
+            return Measurement(times_ms=(estimate,), host_overhead_us=1e6 * host_s)
         if best_ms is not None and estimate > self.slow_factor * best_ms:
-            repeats = self.min_repeats
+            repeats = 3
         else:
             repeats = int(min(max(self.budget_ms / estimate, self.min_repeats), self.max_repeats))
-        block_ms = 1.0 + 0.25 * repeats  # generous for ~100 us of host time per repeat
+        # Block long enough for the host to queue every repeat (its call, the flush, two events), with margin.
+        block_ms = 0.3 + 2.0 * repeats * (1e3 * host_s + 0.03)
         for _attempt in range(3):
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
@@ -144,7 +153,7 @@ class CudaEventTimer:
             ends[-1].synchronize()
             if not starved:
                 break
-            block_ms *= 4
+            block_ms *= 4  # the host was slower than estimated: block longer and measure again
         times = tuple(s.elapsed_time(e) for s, e in zip(starts, ends))
         return Measurement(times_ms=times, host_overhead_us=1e6 * statistics.median(host_s), starved=starved)
 
