@@ -41,8 +41,9 @@ def per_problem(frame: pd.DataFrame, extra: Mapping[str, pd.Series] | None = Non
         raise ValueError("no correct, timed records to analyse")
     g = ok.groupby("problem_key")
     best_idx = g["time_ms_median"].idxmin()
-    out = ok.loc[best_idx, ["problem_key", "direction", "dtype", "layout", "source", "candidate_id", "space",
-                            "time_ms_median"]].set_index("problem_key")  # fmt: skip
+    out = ok.loc[
+        best_idx, ["problem_key", "direction", "dtype", "layout", "source", "candidate_id", "space", "time_ms_median"]
+    ].set_index("problem_key")
     out = out.rename(columns={"candidate_id": "best_candidate", "space": "best_space", "time_ms_median": "best"})
     out["heuristic_a"] = _first_by_rank(ok, "rank_a")
     out["heuristic_b"] = _first_by_rank(ok, "rank_b")
@@ -65,8 +66,7 @@ def selector_stats(ratios: pd.Series) -> dict[str, float]:
     """Geomean, p95 and worst of time ratios, share within 5% of best, and top-1 share."""
     r = ratios.dropna()
     if r.empty:
-        return {"problems": 0, "geomean": np.nan, "p95": np.nan, "worst": np.nan, "within_5pct": np.nan,
-                "top1": np.nan}  # fmt: skip
+        return {"problems": 0, "geomean": np.nan, "p95": np.nan, "worst": np.nan, "within_5pct": np.nan, "top1": np.nan}
     return {
         "problems": int(r.size),
         "geomean": geomean(r),

@@ -64,6 +64,9 @@ def _spaces(names: list[str]):
 
 
 def cmd_sweep(args) -> int:
+    from algosel.sweep import parse_shard  # noqa: PLC0415
+
+    shard = parse_shard(args.shard)
     cases = _cases_from_args(args)
     if args.dry_run:
         print(f"{len(cases)} cases ({sum(1 for c in cases if c.source == 'grid')} from the grid)")
@@ -73,7 +76,7 @@ def cmd_sweep(args) -> int:
     import torch  # noqa: PLC0415
 
     from algosel.environment import collect_environment  # noqa: PLC0415
-    from algosel.sweep import Sweeper, parse_shard, run_sweep  # noqa: PLC0415
+    from algosel.sweep import Sweeper, run_sweep  # noqa: PLC0415
     from algosel.timing import CudaEventTimer  # noqa: PLC0415
 
     if not torch.cuda.is_available():
@@ -83,11 +86,22 @@ def cmd_sweep(args) -> int:
         why = space.available()
         if why:
             raise CliError(f"candidate space {space.name!r} cannot run here: {why}")
-    shard = parse_shard(args.shard)
-    sweeper = Sweeper(spaces, CudaEventTimer(budget_ms=args.budget_ms), collect_environment(),
-                      workspace_limit_bytes=args.workspace_limit_bytes, seed=args.seed)  # fmt: skip
-    report = run_sweep(cases, sweeper, args.out, shard=shard, resume_from=args.resume_from,
-                       time_budget_s=args.time_budget_s, progress=not args.no_progress)  # fmt: skip
+    sweeper = Sweeper(
+        spaces,
+        CudaEventTimer(budget_ms=args.budget_ms),
+        collect_environment(),
+        workspace_limit_bytes=args.workspace_limit_bytes,
+        seed=args.seed,
+    )
+    report = run_sweep(
+        cases,
+        sweeper,
+        args.out,
+        shard=shard,
+        resume_from=args.resume_from,
+        time_budget_s=args.time_budget_s,
+        progress=not args.no_progress,
+    )
     print(
         f"shard {args.shard}: measured {report.measured} cases, {report.skipped_done} already recorded, "
         f"{report.skipped_crashed} skipped after crashes, {report.left_for_later} left for a later run"
@@ -122,8 +136,10 @@ def cmd_summarize(args) -> int:
 
     frame, envs = load_records(*args.data)
     for env in envs.values():
-        print(f"environment {env['env_id']}: {env.get('gpu_name')}, cuDNN {env.get('cudnn')}, "
-              f"torch {env.get('torch')}, driver {env.get('driver')}")  # fmt: skip
+        print(
+            f"environment {env['env_id']}: {env.get('gpu_name')}, cuDNN {env.get('cudnn')}, "
+            f"torch {env.get('torch')}, driver {env.get('driver')}"
+        )
     print(summarize(frame, worst=args.worst))
     return 0
 
@@ -142,7 +158,9 @@ def cmd_env(args) -> int:
 def cmd_grid(args) -> int:
     from algosel.grid import GridSpec, sample_grid  # noqa: PLC0415
 
-    spec = GridSpec(count=args.count, seed=args.seed, max_flops=args.max_flops, max_operand_bytes=args.max_operand_bytes)
+    spec = GridSpec(
+        count=args.count, seed=args.seed, max_flops=args.max_flops, max_operand_bytes=args.max_operand_bytes
+    )
     shapes = sample_grid(spec)
     for p in shapes:
         print(p.shape_key)
@@ -153,10 +171,101 @@ def cmd_suites(args) -> int:
     from algosel.suites import DEFAULT_SUITES_DIR, write_suites  # noqa: PLC0415
 
     names = _suite_names(args.names)
-    written = write_suites(args.out or DEFAULT_SUITES_DIR, names or None)
+    try:
+        written = write_suites(args.out or DEFAULT_SUITES_DIR, names or None)
+    except RuntimeError as exc:  # a suite needs torchvision and it is not installed
+        raise CliError(str(exc)) from exc
     for path in written or []:
         print(path)
     return 0
+
+
+# -------------------------------------------------------------------------------------------- selector
+def cmd_train(args) -> int:
+    from algosel.ranker import RankerParams  # noqa: PLC0415
+    from algosel.train import DEFAULT_GRID, train  # noqa: PLC0415
+
+    grid = DEFAULT_GRID if not args.quick else {"objective": ["lambdarank"]}
+    base = RankerParams(n_estimators=args.n_estimators, num_threads=args.threads)
+    out, summary = train(
+        args.data,
+        models_root=args.models,
+        grid=grid,
+        base=base,
+        folds=args.folds,
+        progress=not args.no_progress,
+        name=args.name,
+    )
+    best = summary["tuning"][0]
+    print(
+        f"wrote {out} (trained on {summary['train_problems']} problems; final fit {summary['final_fit_seconds']} s, "
+        f"{summary['total_seconds']} s in all)"
+    )
+    print(f"chosen by {args.folds}-fold CV: " + ", ".join(f"{k}={v}" for k, v in best.items()))
+    for sel, s in summary["test_scores"].items():
+        print(f"  held-out {sel:16s} geomean {s['geomean']:.3f}  within 5% {100 * s['within_5pct']:.1f}%")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from algosel.evaluate import run_evaluation  # noqa: PLC0415
+
+    text = run_evaluation(args.model, args.data, args.out, lono=not args.no_lono, progress=not args.no_progress)
+    print(text)
+    return 0
+
+
+def cmd_predict(args) -> int:
+    from algosel.api import predict  # noqa: PLC0415
+    from algosel.problem import ConvProblem  # noqa: PLC0415
+
+    if args.key:
+        problem = ConvProblem.from_key(args.key)
+    else:
+        fields = {f: getattr(args, f) for f in ("n", "c", "k", "h", "w", "r", "s")}
+        missing = [f for f, v in fields.items() if v is None]
+        if missing:
+            raise CliError(f"give --key or all of --n --c --k --h --w --r --s (missing: --{missing[0]})")
+        problem = ConvProblem(
+            **fields,
+            pad_h=args.pad[0],
+            pad_w=args.pad[-1],
+            stride_h=args.stride[0],
+            stride_w=args.stride[-1],
+            dilation_h=args.dilation[0],
+            dilation_w=args.dilation[-1],
+            groups=args.groups,
+            dtype=args.dtype,
+            layout=args.layout,
+            direction=args.direction,
+        )
+    choices = predict(
+        problem,
+        model=args.model,
+        max_workspace_bytes=args.max_workspace_bytes,
+        deterministic=args.deterministic,
+        top_k=args.top_k,
+        live=False if args.offline else None,
+        force=args.force,
+    )
+    if args.json:
+        print(json.dumps({"problem": problem.key, "choices": [c.__dict__ for c in choices]}, indent=2))
+        return 0
+    print(problem.key)
+    for i, c in enumerate(choices, 1):
+        ws = "?" if c.workspace_bytes is None else c.workspace_bytes
+        print(f"  {i}. {c.candidate_id}  score {c.score:.3f}  workspace {ws} bytes  ({c.source})")
+    return 0
+
+
+def _pair(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'h,w', got {text!r}") from None
+    if len(values) not in (1, 2):
+        raise argparse.ArgumentTypeError(f"expected an integer or 'h,w', got {text!r}")
+    return values
 
 
 # ------------------------------------------------------------------------------------------------ parser
@@ -201,6 +310,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-flops", type=float, default=5e10)
     p.add_argument("--max-operand-bytes", type=int, default=256 << 20)
     p.set_defaults(func=cmd_grid)
+
+    p = sub.add_parser("train", help="tune and fit a selector on sweep records; save it under models/")
+    p.add_argument("data", nargs="+", help="dataset directories or part files")
+    p.add_argument("--models", default="models", help="directory that receives <gpu>-cudnn<version>/")
+    p.add_argument("--name", default=None, help="model directory name (default: from the records' environment)")
+    p.add_argument("--folds", type=int, default=3, help="cross-validation folds for tuning")
+    p.add_argument("--n-estimators", type=int, default=300)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="skip tuning: LambdaRank with default parameters")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="compare the model's picks with cuDNN's heuristics on held-out shapes")
+    p.add_argument("--model", required=True, help="model directory")
+    p.add_argument("--data", nargs="+", required=True, help="the records the model was trained and tested on")
+    p.add_argument("--out", default=None, help="directory for report.csv / report.json (default: the model's)")
+    p.add_argument("--no-lono", action="store_true", help="skip leave-one-network-out (it retrains per network)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("predict", help="rank the candidates for one convolution")
+    p.add_argument("--key", help="a problem key (as printed by `algosel grid`, plus _dtype_layout_direction)")
+    for f in ("n", "c", "k", "h", "w", "r", "s"):
+        p.add_argument(f"--{f}", type=int)
+    p.add_argument("--pad", type=_pair, default=[0], help="p or ph,pw")
+    p.add_argument("--stride", type=_pair, default=[1], help="u or uh,uw")
+    p.add_argument("--dilation", type=_pair, default=[1], help="d or dh,dw")
+    p.add_argument("--groups", type=int, default=1)
+    p.add_argument("--dtype", default="float32", help=f"one of {', '.join(DTYPES)}")
+    p.add_argument("--layout", default="nchw", help=f"one of {', '.join(LAYOUTS)}")
+    p.add_argument("--direction", default="fwd", help="fwd, bwd_data or bwd_filter")
+    p.add_argument("--model", default=None, help="model directory (default: the shipped one for this GPU)")
+    p.add_argument("--max-workspace-bytes", type=int, default=None)
+    p.add_argument("--deterministic", action="store_true")
+    p.add_argument("--top-k", type=int, default=3)
+    p.add_argument("--offline", action="store_true", help="never enumerate cuDNN live, even with a GPU")
+    p.add_argument("--force", action="store_true", help="use a model made for another GPU or cuDNN")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("suites", help="extract the layer shapes of real networks into CSVs (needs torchvision)")
     p.add_argument("--out", default=None, help="directory (default: the package's data/suites)")

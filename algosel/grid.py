@@ -28,8 +28,40 @@ FAMILIES: tuple[tuple[str, float], ...] = (
     ("fully_connected", 0.08),
     ("odd", 0.12),
 )
-_NICE_CHANNELS = np.array([3, 8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 256, 320, 384, 480, 512, 576,
-                           640, 768, 960, 1024, 1280, 1536, 2048, 2560, 3072, 4096])  # fmt: skip
+_NICE_CHANNELS = np.array(
+    [
+        3,
+        8,
+        16,
+        24,
+        32,
+        40,
+        48,
+        64,
+        80,
+        96,
+        112,
+        128,
+        160,
+        192,
+        256,
+        320,
+        384,
+        480,
+        512,
+        576,
+        640,
+        768,
+        960,
+        1024,
+        1280,
+        1536,
+        2048,
+        2560,
+        3072,
+        4096,
+    ]
+)
 _BATCHES = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256])
 
 
@@ -80,8 +112,16 @@ def _draw(rng: np.random.Generator, family: str) -> dict:
         f.update(r=3, s=3, pad_h=d, pad_w=d, stride_h=1, stride_w=1, dilation_h=d, dilation_w=d)
     elif family == "depthwise":
         kernel = int(rng.choice([3, 3, 5, 7]))
-        f.update(k=c, groups=c, r=kernel, s=kernel, pad_h=same_padding(kernel), pad_w=same_padding(kernel),
-                 stride_h=min(stride, 2), stride_w=min(stride, 2))  # fmt: skip
+        f.update(
+            k=c,
+            groups=c,
+            r=kernel,
+            s=kernel,
+            pad_h=same_padding(kernel),
+            pad_w=same_padding(kernel),
+            stride_h=min(stride, 2),
+            stride_w=min(stride, 2),
+        )
         if rng.random() < 0.15:  # depth multiplier 2
             f["k"] = 2 * c
     elif family == "fully_connected":

@@ -100,9 +100,18 @@ def _direction(problem: ConvProblem, x: torch.Tensor, w: torch.Tensor, y: torch.
         return F.conv2d(x, w, None, **args)
     mask = [problem.direction == "bwd_data", problem.direction == "bwd_filter", False]
     grads = torch.ops.aten.convolution_backward(
-        y, x, w, None, list(args["stride"]), list(args["padding"]), list(args["dilation"]),
-        False, [0, 0], args["groups"], mask,
-    )  # fmt: skip
+        y,
+        x,
+        w,
+        None,
+        list(args["stride"]),
+        list(args["padding"]),
+        list(args["dilation"]),
+        False,
+        [0, 0],
+        args["groups"],
+        mask,
+    )
     return grads[0] if problem.direction == "bwd_data" else grads[1]
 
 

@@ -31,9 +31,21 @@ LAYOUTS: tuple[str, ...] = ("nchw", "nhwc")
 DIRECTIONS: tuple[str, ...] = ("fwd", "bwd_data", "bwd_filter")
 
 _INT_FIELDS = (
-    "n", "c", "k", "h", "w", "r", "s",
-    "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h", "dilation_w", "groups",
-)  # fmt: skip
+    "n",
+    "c",
+    "k",
+    "h",
+    "w",
+    "r",
+    "s",
+    "pad_h",
+    "pad_w",
+    "stride_h",
+    "stride_w",
+    "dilation_h",
+    "dilation_w",
+    "groups",
+)
 _KEY_RE = re.compile(
     r"^n(?P<n>\d+)_c(?P<c>\d+)_k(?P<k>\d+)_h(?P<h>\d+)_w(?P<w>\d+)_r(?P<r>\d+)_s(?P<s>\d+)"
     r"_p(?P<pad_h>\d+)x(?P<pad_w>\d+)_u(?P<stride_h>\d+)x(?P<stride_w>\d+)"
@@ -121,6 +133,15 @@ class ConvProblem:
                     f"ConvProblem.{axis}={kernel} (dilated extent {extent}) is larger than the padded input "
                     f"({size} + 2*{pad} = {size + 2 * pad})"
                 )
+
+    def __hash__(self) -> int:
+        # Memoised: selectors key their caches by problem, and a repeated prediction must cost microseconds.
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            h = hash(tuple(getattr(self, f) for f in PROBLEM_FIELDS))
+            object.__setattr__(self, "_hash", h)
+            return h
 
     # ----------------------------------------------------------------------------------------------- derived
     @property

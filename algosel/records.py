@@ -193,11 +193,16 @@ class Journal:
         return rows, envs, warnings
 
     def compact(self, directory: str | Path, name: str) -> Path | None:
-        """Move the journal's rows into ``directory/part-<name>.parquet`` (atomically) and delete it."""
+        """Move the journal's rows into ``directory/part-<name>.parquet`` (atomically; ``part-<name>-2.parquet``
+        and so on if that exists) and delete it."""
         rows, envs, _ = self.read()
         if not rows:
             self.path.unlink(missing_ok=True)
             return None
-        out = write_part(Path(directory) / f"part-{name}.parquet", rows, envs.values())
+        out, suffix = Path(directory) / f"part-{name}.parquet", 1
+        while out.exists():  # never replace an earlier part: two runs within one second get the same name
+            suffix += 1
+            out = Path(directory) / f"part-{name}-{suffix}.parquet"
+        out = write_part(out, rows, envs.values())
         self.path.unlink()
         return out

@@ -37,9 +37,21 @@ DEFAULT_SUITES_DIR: Path = Path(__file__).resolve().parent.parent / "data" / "su
 
 #: Shape fields recorded for each convolution call (the integer fields of :class:`ConvProblem`).
 LAYER_FIELDS: tuple[str, ...] = (
-    "n", "c", "k", "h", "w", "r", "s",
-    "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h", "dilation_w", "groups",
-)  # fmt: skip
+    "n",
+    "c",
+    "k",
+    "h",
+    "w",
+    "r",
+    "s",
+    "pad_h",
+    "pad_w",
+    "stride_h",
+    "stride_w",
+    "dilation_h",
+    "dilation_w",
+    "groups",
+)
 #: Columns of a suite CSV / of :func:`extract_suite`'s frame, in order.
 SUITE_COLUMNS: tuple[str, ...] = ("network", "layer", *LAYER_FIELDS, "size")
 _TEXT_COLUMNS: tuple[str, ...] = ("network", "layer", "size")

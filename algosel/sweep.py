@@ -144,8 +144,9 @@ class Sweeper:
                 try:
                     candidates = space.enumerate(problem)
                 except CandidateError as exc:
-                    rows.append(_row(problem, source, Candidate(space.name, "*"), env, status=exc.status,
-                                     reason=exc.reason))  # fmt: skip
+                    rows.append(
+                        _row(problem, source, Candidate(space.name, "*"), env, status=exc.status, reason=exc.reason)
+                    )
                     continue
                 for cand in candidates:
                     row = self._measure_candidate(space, problem, source, cand, opsets, ref, best_ms)
@@ -165,8 +166,15 @@ class Sweeper:
         workspace = int(prepared.workspace_bytes)
         try:
             if workspace > self.workspace_limit_bytes:
-                return _row(problem, source, cand, env, status="workspace_exceeded", workspace_bytes=workspace,
-                            reason=f"needs {workspace} bytes, limit {self.workspace_limit_bytes}")  # fmt: skip
+                return _row(
+                    problem,
+                    source,
+                    cand,
+                    env,
+                    status="workspace_exceeded",
+                    workspace_bytes=workspace,
+                    reason=f"needs {workspace} bytes, limit {self.workspace_limit_bytes}",
+                )
             # Poison the output so that elements the candidate fails to write cannot pass the check.
             _output_of(problem, opsets[0]).fill_(math.nan)
             try:
@@ -174,23 +182,55 @@ class Sweeper:
                 self._sync()
                 err = relative_error(out, ref)
             except (RuntimeError, CandidateError, torch.cuda.OutOfMemoryError) as exc:
-                return _row(problem, source, cand, env, status="run_failed", workspace_bytes=workspace,
-                            reason=f"{type(exc).__name__}: {exc}"[:500])  # fmt: skip
+                return _row(
+                    problem,
+                    source,
+                    cand,
+                    env,
+                    status="run_failed",
+                    workspace_bytes=workspace,
+                    reason=f"{type(exc).__name__}: {exc}"[:500],
+                )
             if not err <= TOLERANCE[problem.dtype]:
                 limit = TOLERANCE[problem.dtype]
-                return _row(problem, source, cand, env, status="wrong_result", workspace_bytes=workspace,
-                            max_rel_error=err, reason=f"relative error {err:.3g} > {limit:g}")  # fmt: skip
+                return _row(
+                    problem,
+                    source,
+                    cand,
+                    env,
+                    status="wrong_result",
+                    workspace_bytes=workspace,
+                    max_rel_error=err,
+                    reason=f"relative error {err:.3g} > {limit:g}",
+                )
             try:
                 m = self.timer.measure(lambda i: prepared.run(opsets[i % len(opsets)]), cand.candidate_id, best_ms)
             except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
-                return _row(problem, source, cand, env, status="run_failed", workspace_bytes=workspace,
-                            max_rel_error=err, reason=f"while timing: {type(exc).__name__}: {exc}"[:500])  # fmt: skip
+                return _row(
+                    problem,
+                    source,
+                    cand,
+                    env,
+                    status="run_failed",
+                    workspace_bytes=workspace,
+                    max_rel_error=err,
+                    reason=f"while timing: {type(exc).__name__}: {exc}"[:500],
+                )
             return _row(
-                problem, source, cand, env,
-                time_ms_median=m.median_ms, time_ms_p25=m.p25_ms, time_ms_p75=m.p75_ms, time_ms_min=m.min_ms,
-                repeats=m.repeats, starved=m.starved, host_overhead_us=m.host_overhead_us,
-                workspace_bytes=workspace, max_rel_error=err,
-            )  # fmt: skip
+                problem,
+                source,
+                cand,
+                env,
+                time_ms_median=m.median_ms,
+                time_ms_p25=m.p25_ms,
+                time_ms_p75=m.p75_ms,
+                time_ms_min=m.min_ms,
+                repeats=m.repeats,
+                starved=m.starved,
+                host_overhead_us=m.host_overhead_us,
+                workspace_bytes=workspace,
+                max_rel_error=err,
+            )
         finally:
             prepared.close()
 

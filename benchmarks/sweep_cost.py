@@ -20,7 +20,7 @@ from algosel.candidates.cudnn_engines import CudnnEngineSpace
 from algosel.environment import collect_environment
 from algosel.grid import GridSpec, sample_grid
 from algosel.problem import ConvProblem
-from algosel.sweep import Sweeper, SweepCase
+from algosel.sweep import SweepCase, Sweeper
 from algosel.timing import CudaEventTimer
 
 PROBLEMS = {

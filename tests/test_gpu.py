@@ -98,15 +98,16 @@ def test_tiny_sweep_end_to_end(tmp_path):
     from algosel.analysis import summarize
     from algosel.environment import collect_environment
     from algosel.records import load_records
-    from algosel.sweep import Sweeper, SweepCase, run_sweep
+    from algosel.sweep import SweepCase, Sweeper, run_sweep
     from algosel.timing import CudaEventTimer
 
     cases = [
         SweepCase(ConvProblem(**SHAPES[0], dtype="float16"), "test"),
         SweepCase(ConvProblem(**SHAPES[3], dtype="float32"), "test"),
     ]
-    sweeper = Sweeper([make_space(n) for n in ("cudnn", "gemm", "pytorch")], CudaEventTimer(budget_ms=2),
-                      collect_environment())  # fmt: skip
+    sweeper = Sweeper(
+        [make_space(n) for n in ("cudnn", "gemm", "pytorch")], CudaEventTimer(budget_ms=2), collect_environment()
+    )
     report = run_sweep(cases, sweeper, tmp_path, progress=False)
     assert report.measured == 2 and report.part is not None
     frame, envs = load_records(tmp_path)

@@ -228,10 +228,15 @@ class CudnnEngineSpace(CandidateSpace):
             r = ranks[name]
             candidates.append(
                 Candidate(
-                    space=self.name, name=name, engine_id=engine_id, knobs=knobs,
-                    rank_a=r.get("a", -1), rank_b=r.get("b", -1), rank_fallback=r.get("fallback", -1),
+                    space=self.name,
+                    name=name,
+                    engine_id=engine_id,
+                    knobs=knobs,
+                    rank_a=r.get("a", -1),
+                    rank_b=r.get("b", -1),
+                    rank_fallback=r.get("fallback", -1),
                     notes=tuple(sorted(set(notes[name]))),
-                )  # fmt: skip
+                )
             )
         return candidates
 

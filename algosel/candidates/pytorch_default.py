@@ -22,9 +22,18 @@ def pytorch_conv(problem: ConvProblem, ops: Operands) -> torch.Tensor:
         return F.conv2d(ops.x, ops.w, None, **args)
     bwd_data = problem.direction == "bwd_data"
     grads = torch.ops.aten.convolution_backward(
-        ops.y, ops.x, ops.w, None, list(args["stride"]), list(args["padding"]), list(args["dilation"]),
-        False, [0, 0], args["groups"], [bwd_data, not bwd_data, False],
-    )  # fmt: skip
+        ops.y,
+        ops.x,
+        ops.w,
+        None,
+        list(args["stride"]),
+        list(args["padding"]),
+        list(args["dilation"]),
+        False,
+        [0, 0],
+        args["groups"],
+        [bwd_data, not bwd_data, False],
+    )
     return grads[0] if bwd_data else grads[1]
 
 

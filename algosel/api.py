@@ -1,0 +1,107 @@
+"""``algosel.predict``: the fastest candidates for a convolution, for any framework."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from algosel.problem import ConvProblem
+from algosel.selector import Choice, Selector, load_default
+
+_selectors: dict[Any, Selector] = {}
+_live: dict[int, bool] = {}
+
+
+def _selector(model: str | Path | Selector | None, force: bool) -> Selector:
+    if isinstance(model, Selector):
+        return model
+    key = (str(model) if model is not None else None, force)
+    sel = _selectors.get(key)
+    if sel is None:
+        sel = _selectors[key] = load_default(force=force) if model is None else Selector.load(model, force=force)
+    return sel
+
+
+def _live_available(sel: Selector) -> bool:
+    """Live enumeration needs a GPU, the cuDNN frontend, and the model's own GPU and cuDNN."""
+    hit = _live.get(id(sel))
+    if hit is None:
+        try:
+            import torch  # noqa: PLC0415
+
+            from algosel.candidates.cudnn_engines import CudnnEngineSpace  # noqa: PLC0415
+
+            hit = CudnnEngineSpace().available() is None and (
+                torch.cuda.get_device_name() == sel.environment.get("gpu_name")
+                and int(torch.backends.cudnn.version() or 0) == sel.environment.get("cudnn")
+            )
+        except Exception:  # noqa: BLE001 - anything missing means offline
+            hit = False
+        _live[id(sel)] = hit
+    return hit
+
+
+_FIELDS = {f.name for f in dataclasses.fields(ConvProblem)}
+
+
+def predict(
+    problem: ConvProblem | None = None,
+    /,
+    *,
+    model: str | Path | Selector | None = None,
+    max_workspace_bytes: int | None = None,
+    deterministic: bool = False,
+    top_k: int = 1,
+    live: bool | None = None,
+    force: bool = False,
+    **fields: Any,
+) -> list[Choice]:
+    """Rank the candidates for a convolution, best first.
+
+    Parameters
+    ----------
+    problem : ConvProblem, optional
+        The problem; or give its fields as keywords (``n=..., c=..., k=..., h=..., w=..., r=..., s=...``, and
+        optionally padding, stride, dilation, groups, ``dtype``, ``layout``, ``direction``). Keywords given with a
+        problem replace its fields.
+    model : path or Selector, optional
+        A model directory; default: the shipped model for this GPU (or the first shipped model without a GPU).
+    max_workspace_bytes : int, optional
+        Drop candidates known to need more workspace.
+    deterministic : bool
+        Only candidates known to be deterministic (see :meth:`Selector.choose`).
+    top_k : int
+        How many choices to return.
+    live : bool, optional
+        Rank cuDNN's live candidate list (needs a GPU and the frontend); default: when available.
+    force : bool
+        Use a model trained for another GPU or cuDNN (with a warning) instead of refusing.
+
+    Returns
+    -------
+    list of Choice
+        ``candidate_id`` (``cudnn:eng..``, ``gemm:fc``, ``gemm:pointwise`` or ``pytorch:default``), space, engine
+        id and knobs, model score, workspace bytes where known, and where the candidate list came from.
+        Memoised per problem and arguments.
+
+    Raises
+    ------
+    ValueError
+        For a bad problem (naming the field and value) or when no candidate passes the filters.
+    """
+    if fields:
+        unknown = sorted(set(fields) - _FIELDS)
+        if unknown:
+            raise ValueError(
+                f"predict() got an unknown problem field {unknown[0]!r}; fields: {', '.join(sorted(_FIELDS))}"
+            )
+        problem = problem.replace(**fields) if problem is not None else ConvProblem(**fields)
+    elif problem is None:
+        raise ValueError("predict() needs a ConvProblem or its fields as keywords (n=, c=, k=, h=, w=, r=, s=, ...)")
+    if top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    sel = _selector(model, force)
+    if live is None:
+        live = _live_available(sel)
+    return sel.choose(problem, max_workspace_bytes, deterministic, top_k, live)

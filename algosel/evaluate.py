@@ -1,0 +1,331 @@
+"""Honest evaluation of the learned selector against cuDNN's heuristics, PyTorch's default and the best.
+
+- Splits are by *shape*, never by row: every direction, dtype and layout of a held-out shape is held out, so
+  the model is judged on shapes it never saw. The shipped model is trained on the training shapes only; the
+  test shapes (a fixed 20% chosen by hash) are what ``algosel evaluate`` reports on.
+- Hyperparameters are tuned by cross-validation grouped by shape on the training shapes alone.
+- Leave-one-network-out: for each real network, a model trained without any of its shapes picks for it, and
+  the whole network's fwd + bwd time is totalled as its user would see it.
+
+A pick is the highest-scored candidate that ran correctly: a candidate that fails to build or run is
+detected by the runtime and falls through to the next, like frameworks do with cuDNN's list. How often the top
+pick was not valid is reported (``invalid_top1``; ``wrong_top1`` for silent wrong results).
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from algosel.analysis import comparison_table, per_problem
+from algosel.features import frame_features
+from algosel.problem import ConvProblem
+from algosel.ranker import Ranker, RankerParams, with_ratios
+
+SELECTORS = ("model", "heuristic_a", "heuristic_b", "pytorch_default", "gemm_else_a")
+TEST_FRACTION = 0.2
+
+
+@dataclass
+class Prepared:
+    """Records with ratios, their feature rows and shape keys, computed once and sliced by the splits."""
+
+    data: pd.DataFrame
+    X: np.ndarray
+    shape: np.ndarray  # shape_key per row
+
+    @classmethod
+    def build(cls, frame: pd.DataFrame, envs: Mapping[str, Mapping[str, Any]]) -> Prepared:
+        data = with_ratios(frame)
+        shapes = {k: ConvProblem.from_key(k).shape_key for k in data["problem_key"].unique()}
+        return cls(data, frame_features(data, envs), data["problem_key"].map(shapes).to_numpy())
+
+    def rows(self, mask: np.ndarray) -> Prepared:
+        return Prepared(self.data[mask].reset_index(drop=True), self.X[mask], self.shape[mask])
+
+
+def is_test_shape(shape_keys: Iterable[str], fraction: float = TEST_FRACTION) -> np.ndarray:
+    """The fixed test split: a shape is held out when the hash of its key falls in the first ``fraction``."""
+    return np.array([zlib.crc32(k.encode()) % 1000 < 1000 * fraction for k in shape_keys])
+
+
+def pick_times(data: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
+    """Per problem: the time of the highest-scored correct candidate and whether the top-scored one was invalid."""
+    d = data[["problem_key", "candidate_id", "status", "time_ms_median"]].assign(score=scores)
+    d = d.sort_values(["problem_key", "score"], ascending=[True, False], kind="stable")
+    top = d.groupby("problem_key").head(1).set_index("problem_key")
+    ok = d[d["status"] == "ok"].groupby("problem_key").head(1).set_index("problem_key")
+    return pd.DataFrame(
+        {
+            "model": ok["time_ms_median"],
+            "model_candidate": ok["candidate_id"],
+            "invalid_top1": top["status"] != "ok",
+            "wrong_top1": top["status"] == "wrong_result",
+        }
+    )
+
+
+def fit_and_pick(train: Prepared, test: Prepared, params: RankerParams) -> pd.DataFrame:
+    ranker = Ranker(params).fit_prepared(train.data, train.X)
+    return pick_times(test.data, ranker.score(test.X))
+
+
+def cross_val_picks(prep: Prepared, params: RankerParams, folds: int = 5, progress: bool = False) -> pd.DataFrame:
+    """Out-of-fold picks for every problem of ``prep``, folds grouped by shape."""
+    uniq = np.unique(prep.shape)
+    fold_of = {s: zlib.crc32(s.encode()) % folds for s in uniq}
+    fold = np.array([fold_of[s] for s in prep.shape])
+    parts = []
+    for f in tqdm(range(folds), desc=f"cv {params.objective}", disable=not progress, leave=False):
+        parts.append(fit_and_pick(prep.rows(fold != f), prep.rows(fold == f), params))
+    return pd.concat(parts)
+
+
+def selector_table(frame: pd.DataFrame, picks: pd.DataFrame) -> pd.DataFrame:
+    """Per problem of ``picks``: best time and the time of every selector in :data:`SELECTORS`."""
+    table = per_problem(frame[frame["problem_key"].isin(picks.index)], extra={"model": picks["model"]})
+    # GEMM lowering where the math allows (it wins most of those), cuDNN's heuristic elsewhere.
+    table["gemm_else_a"] = table["gemm"].where(table["gemm"].notna(), table["heuristic_a"])
+    table["invalid_top1"] = picks["invalid_top1"]
+    table["wrong_top1"] = picks["wrong_top1"]
+    return table
+
+
+def geomean_ratio(table: pd.DataFrame, selector: str = "model") -> float:
+    r = (table[selector] / table["best"]).dropna()
+    return float(np.exp(np.log(r).mean()))
+
+
+def tune(
+    prep: Prepared,
+    grid: Mapping[str, Iterable[Any]],
+    base: RankerParams,
+    folds: int = 3,
+    frame: pd.DataFrame | None = None,
+    progress: bool = True,
+) -> tuple[RankerParams, pd.DataFrame]:
+    """Grid search by grouped cross-validation on ``prep``; the score is the geomean time ratio of the pick."""
+    keys = list(grid)
+    results = []
+    best: tuple[float, RankerParams] | None = None
+    combos = list(itertools.product(*(grid[k] for k in keys)))
+    for values in tqdm(combos, desc="tuning", disable=not progress):
+        params = replace(base, **dict(zip(keys, values)))
+        picks = cross_val_picks(prep, params, folds)
+        table = selector_table(frame if frame is not None else prep.data, picks)
+        score = geomean_ratio(table)
+        within = float((table["model"] / table["best"] <= 1.05).mean())
+        results.append({**dict(zip(keys, values)), "cv_geomean_ratio": score, "cv_within_5pct": within})
+        if best is None or score < best[0]:
+            best = (score, params)
+    assert best is not None
+    return best[1], pd.DataFrame(results).sort_values("cv_geomean_ratio").reset_index(drop=True)
+
+
+def report(table: pd.DataFrame) -> pd.DataFrame:
+    """The comparison of every selector per direction, per dtype and overall (see :mod:`algosel.analysis`)."""
+    comp = comparison_table(table, list(SELECTORS))
+    invalid = {"all": table["invalid_top1"].mean()}
+    comp["model_invalid_top1"] = np.where(comp["selector"] == "model", comp["group"].map(invalid), np.nan)
+    return comp
+
+
+def network_totals(table_times: pd.DataFrame, suites: pd.DataFrame, dtypes: Iterable[str]) -> pd.DataFrame:
+    """Whole-network fwd + bwd time per selector: the sum over every conv call of the network.
+
+    ``table_times`` is a :func:`selector_table` (indexed by problem key). The first conv of a classification
+    network gets no ``bwd_data`` (autograd does not compute the gradient of the input image).
+    """
+    rows = []
+    for (network, size), layers in suites.groupby(["network", "size"], sort=False):
+        for dtype in dtypes:
+            totals = dict.fromkeys(("best", *SELECTORS), 0.0)
+            missing = 0
+            for i, layer in enumerate(layers.to_dict("records")):
+                fields = {
+                    f: layer[f]
+                    for f in (
+                        "n",
+                        "c",
+                        "k",
+                        "h",
+                        "w",
+                        "r",
+                        "s",
+                        "pad_h",
+                        "pad_w",
+                        "stride_h",
+                        "stride_w",
+                        "dilation_h",
+                        "dilation_w",
+                        "groups",
+                    )
+                }
+                p = ConvProblem(**fields, dtype=dtype, layout="nchw")
+                for q in p.directions():
+                    if i == 0 and q.direction == "bwd_data" and network != "fpn":
+                        continue
+                    if q.key not in table_times.index:
+                        missing += 1
+                        continue
+                    for sel in totals:
+                        totals[sel] += float(table_times.at[q.key, sel])
+            rows.append(
+                {
+                    "network": network,
+                    "size": size,
+                    "dtype": dtype,
+                    "missing_problems": missing,
+                    **{f"{k}_ms": v for k, v in totals.items()},
+                }
+            )
+    out = pd.DataFrame(rows)
+    # FPN has 20 input sizes: report their sum as one row, the way the variable-size training loop sees it.
+    fpn = out[out["network"] == "fpn"]
+    if not fpn.empty:
+        summed = fpn.groupby("dtype", as_index=False).sum(numeric_only=True).assign(network="fpn", size="20 sizes")
+        out = pd.concat([out[out["network"] != "fpn"], summed], ignore_index=True)
+    for sel in SELECTORS:
+        out[f"{sel}_vs_best"] = out[f"{sel}_ms"] / out["best_ms"]
+    return out
+
+
+def leave_one_network_out(
+    prep: Prepared, frame: pd.DataFrame, suites: pd.DataFrame, params: RankerParams, progress: bool = True
+) -> pd.DataFrame:
+    """Picks for each network's problems by a model trained without any shape of that network."""
+    parts = []
+    for network, layers in tqdm(list(suites.groupby("network")), desc="leave one network out", disable=not progress):
+        shapes = {
+            ConvProblem(**{f: int(v) for f, v in row.items()}, dtype="float32").shape_key
+            for row in layers[
+                [
+                    "n",
+                    "c",
+                    "k",
+                    "h",
+                    "w",
+                    "r",
+                    "s",
+                    "pad_h",
+                    "pad_w",
+                    "stride_h",
+                    "stride_w",
+                    "dilation_h",
+                    "dilation_w",
+                    "groups",
+                ]
+            ].to_dict("records")
+        }
+        held = np.isin(prep.shape, list(shapes))
+        if not held.any():
+            continue
+        parts.append(fit_and_pick(prep.rows(~held), prep.rows(held), params).assign(network=network))
+    return pd.concat(parts) if parts else pd.DataFrame()
+
+
+def _format(comp: pd.DataFrame) -> str:
+    shown = comp.drop(columns=[c for c in ("model_invalid_top1",) if c in comp]).copy()
+    for col in ("geomean", "p95", "worst"):
+        shown[col] = shown[col].map(lambda v: f"{v:.3f}")
+    for col in ("within_5pct", "top1"):
+        shown[col] = shown[col].map(lambda v: f"{100 * v:.1f}%")
+    return shown.to_string(index=False)
+
+
+def beats_baselines(comp: pd.DataFrame, baselines: Iterable[str] = ("heuristic_a", "pytorch_default")) -> pd.DataFrame:
+    """Per group: does the model beat each baseline in geomean ratio (lower) and share within 5% (higher)?"""
+    rows = []
+    for (group, value), part in comp.groupby(["group", "value"], sort=False):
+        s = part.set_index("selector")
+        row = {"group": group, "value": value}
+        for b in baselines:
+            row[f"beats_{b}"] = bool(
+                s.at["model", "geomean"] < s.at[b, "geomean"] and s.at["model", "within_5pct"] > s.at[b, "within_5pct"]
+            )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def run_evaluation(
+    model_dir: str, data: list[str], out: str | None = None, lono: bool = True, progress: bool = True
+) -> str:
+    """``algosel evaluate``: the shipped model on its held-out shapes, and leave-one-network-out; returns the
+    text report and writes ``report.csv``, ``network_totals.csv`` and ``report.json``."""
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from algosel.ranker import fingerprint  # noqa: PLC0415
+    from algosel.records import load_records  # noqa: PLC0415
+    from algosel.selector import Selector  # noqa: PLC0415
+    from algosel.suites import load_suites  # noqa: PLC0415
+    from algosel.train import main_environment  # noqa: PLC0415
+
+    sel = Selector.load(model_dir, force=True)
+    frame, envs = load_records(*data)
+    frame, _ = main_environment(frame, envs)
+    lines = [
+        f"model {model_dir}: {sel.manifest['params']['objective']}, trained on "
+        f"{sel.manifest.get('train_problems')} problems of {sel.environment.get('gpu_name')} "
+        f"(cuDNN {sel.environment.get('cudnn')})"
+    ]
+    if fingerprint(frame) != sel.manifest.get("data_fingerprint"):
+        lines.append(
+            "note: these records differ from the model's training records; the held-out split is "
+            "recomputed on them, and shapes the model was trained on may now be among the test shapes"
+        )
+    prep = Prepared.build(frame, envs)
+    test = prep.rows(is_test_shape(prep.shape))
+    table = selector_table(frame, pick_times(test.data, sel.ranker.score(test.X)))
+    comp = report(table)
+    lines += [
+        "",
+        f"Held-out shapes ({len(table)} problems, never seen in training or tuning): time of each "
+        "selector's pick / best measured candidate",
+        _format(comp),
+        "",
+        f"model's top-scored candidate invalid (fell through to the next): {100 * table['invalid_top1'].mean():.2f}%"
+        f", of which silent wrong results: {100 * table['wrong_top1'].mean():.2f}%",
+        "",
+        "Model beats heuristic A and PyTorch's default (geomean and within 5%):",
+        beats_baselines(comp).to_string(index=False),
+    ]
+    result: dict[str, Any] = {"test": comp.to_dict("records"), "test_problems": len(table)}
+    out_dir = Path(out or model_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    comp.to_csv(out_dir / "report.csv", index=False)
+    if lono:
+        suites = load_suites()
+        params = RankerParams(
+            **{k: v for k, v in sel.manifest["params"].items() if k in RankerParams.__dataclass_fields__}
+        )
+        picks = leave_one_network_out(prep, frame, suites, params, progress=progress)
+        lono_table = selector_table(frame, picks)
+        lono_comp = report(lono_table)
+        totals = network_totals(
+            lono_table.fillna({s: lono_table["pytorch_default"] for s in SELECTORS}),
+            suites,
+            sorted(frame["dtype"].unique()),
+        )
+        totals.to_csv(out_dir / "network_totals.csv", index=False)
+        shown = totals[["network", "size", "dtype", "best_ms", *[f"{s}_vs_best" for s in SELECTORS]]].round(3)
+        lines += [
+            "",
+            f"Leave one network out ({len(lono_table)} problems of the suites; each network's shapes held "
+            "out of training):",
+            _format(lono_comp),
+            "",
+            "Whole networks, fwd + bwd_data + bwd_filter of every conv call (time / best):",
+            shown.to_string(index=False),
+        ]
+        result.update(lono=lono_comp.to_dict("records"), network_totals=totals.to_dict("records"))
+    (out_dir / "report.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    lines += ["", f"wrote {out_dir / 'report.csv'}, {out_dir / 'report.json'}"]
+    return "\n".join(lines)

@@ -1,0 +1,363 @@
+"""A trained selector on disk and in memory: the ranker, its manifest and the catalogue of known candidates.
+
+A model directory (``models/<gpu>-cudnn<version>/``) holds
+
+- ``model.txt``: LightGBM's own text format (portable; no pickle);
+- ``manifest.json``: feature schema version, hyperparameters, data fingerprint, the environment the records came
+  from, cross-validation and test scores, library versions, and the engine configs blocked for wrong results;
+- ``catalogue.parquet``: for every recorded problem, its candidates (ids, heuristic ranks, notes, workspace, status).
+
+:meth:`Selector.choose` ranks the candidates valid for a problem. They come from, in order of preference: the
+live cuDNN enumeration (where a GPU and the frontend are present), the records of that exact problem, or the
+records of the nearest recorded problem of the same kind (direction, dtype, layout, GEMM-ness, depthwise-ness)
+with GEMM lowering and PyTorch's default added where they apply.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+
+from algosel.candidates.gemm import gemm_kind
+from algosel.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, candidate_vector, hardware_vector, problem_vector
+from algosel.problem import ConvProblem
+from algosel.ranker import Ranker, RankerParams
+
+MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE = "model.txt", "manifest.json", "catalogue.parquet"
+_CATALOGUE_COLUMNS = [
+    "problem_key",
+    "candidate_id",
+    "space",
+    "engine_id",
+    "knobs",
+    "rank_a",
+    "rank_b",
+    "rank_fallback",
+    "notes",
+    "workspace_bytes",
+    "status",
+]
+#: Log-scaled fields that define "nearest" between problems of one kind.
+_NEAREST_FIELDS = ("n", "c", "k", "h", "w", "r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w", "groups")
+
+
+class SelectorError(ValueError):
+    """A model directory that is missing, corrupt, or made for another schema, GPU or cuDNN."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One ranked candidate for a problem."""
+
+    candidate_id: str
+    space: str
+    engine_id: int
+    knobs: str
+    score: float
+    workspace_bytes: int | None
+    source: str  # "live", "records" or "nearest:<problem key>"
+
+
+def _kind(p: ConvProblem) -> tuple:
+    return (p.direction, p.dtype, p.layout, gemm_kind(p), p.is_depthwise)
+
+
+class Selector:
+    """A loaded model: ``Selector.load(path)``; then :meth:`choose`. Not thread-safe (memoisation dict)."""
+
+    def __init__(self, ranker: Ranker, manifest: dict[str, Any], catalogue: pd.DataFrame):
+        self.ranker = ranker
+        self.manifest = manifest
+        self.environment: dict[str, Any] = manifest["environment"]
+        self.blocked = {tuple(b) for b in manifest.get("blocked_engines", [])}
+        self._cache: dict[tuple, list[Choice]] = {}
+        self._matrices: dict[tuple, np.ndarray] = {}  # candidate feature rows per candidate list
+        self._hardware = hardware_vector(self.environment)
+        cat = catalogue.copy()
+        cat["notes"] = cat["notes"].fillna("")
+        cat["knobs"] = cat["knobs"].fillna("")
+        self._by_problem = {k: g.to_dict("records") for k, g in cat.groupby("problem_key", sort=False)}
+        self._nearest: dict[tuple, tuple[np.ndarray, list[str]]] = {}
+        buckets: dict[tuple, list[tuple[np.ndarray, str]]] = {}
+        for key in self._by_problem:
+            p = ConvProblem.from_key(key)
+            buckets.setdefault(_kind(p), []).append((self._position(p), key))
+        for kind, items in buckets.items():
+            self._nearest[kind] = (np.vstack([v for v, _ in items]), [k for _, k in items])
+
+    @staticmethod
+    def _position(p: ConvProblem) -> np.ndarray:
+        return np.log2(np.array([getattr(p, f) for f in _NEAREST_FIELDS], dtype=np.float64))
+
+    # ------------------------------------------------------------------------------------------ persistence
+    def save(self, directory: str | Path) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        assert self.ranker.booster_ is not None
+        self.ranker.booster_.save_model(str(directory / MODEL_FILE))
+        (directory / MANIFEST_FILE).write_text(json.dumps(self.manifest, indent=2, sort_keys=True, default=str) + "\n")
+        rows = [r for rs in self._by_problem.values() for r in rs]
+        pd.DataFrame(rows, columns=_CATALOGUE_COLUMNS).to_parquet(directory / CATALOGUE_FILE, index=False)
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path, force: bool = False) -> Selector:
+        """Load a model directory.
+
+        Where a GPU is visible and it (or its cuDNN) differs from the model's, this raises :class:`SelectorError`
+        unless ``force`` (then it warns): engine configs and their speeds are specific to both.
+        """
+        directory = Path(directory)
+        for name in (MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE):
+            if not (directory / name).is_file():
+                raise SelectorError(f"{directory}: not a model directory (missing {name})")
+        try:
+            manifest = json.loads((directory / MANIFEST_FILE).read_text())
+        except json.JSONDecodeError as exc:
+            raise SelectorError(f"{directory / MANIFEST_FILE}: corrupt manifest ({exc})") from exc
+        for field in ("feature_schema_version", "feature_names", "params", "environment"):
+            if field not in manifest:
+                raise SelectorError(f"{directory / MANIFEST_FILE}: manifest lacks {field!r}")
+        if manifest["feature_schema_version"] != FEATURE_SCHEMA_VERSION or manifest["feature_names"] != list(
+            FEATURE_NAMES
+        ):
+            raise SelectorError(
+                f"{directory}: trained on feature schema {manifest['feature_schema_version']}, this algosel builds "
+                f"schema {FEATURE_SCHEMA_VERSION}; retrain with `algosel train`"
+            )
+        try:
+            booster = lgb.Booster(model_file=str(directory / MODEL_FILE))
+        except lgb.basic.LightGBMError as exc:
+            raise SelectorError(f"{directory / MODEL_FILE}: corrupt LightGBM model ({exc})") from exc
+        if booster.num_feature() != len(FEATURE_NAMES):
+            raise SelectorError(
+                f"{directory / MODEL_FILE}: {booster.num_feature()} features, expected {len(FEATURE_NAMES)}"
+            )
+        try:
+            catalogue = pd.read_parquet(directory / CATALOGUE_FILE)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a bad file
+            raise SelectorError(f"{directory / CATALOGUE_FILE}: unreadable catalogue ({exc})") from exc
+        _check_environment(manifest["environment"], directory, force)
+        params = RankerParams(**{k: v for k, v in manifest["params"].items() if k in RankerParams.__dataclass_fields__})
+        return cls(Ranker(params, booster), manifest, catalogue)
+
+    # ------------------------------------------------------------------------------------------- choosing
+    def candidates_for(self, problem: ConvProblem, live: bool = False) -> tuple[list[dict[str, Any]], str]:
+        """Candidate rows valid for ``problem`` and where they came from (see the module docstring)."""
+        if live:
+            from algosel.candidates import make_space  # noqa: PLC0415
+
+            rows = []
+            for name in ("gemm", "pytorch", "cudnn"):
+                space = make_space(name)
+                for c in space.enumerate(problem):
+                    rows.append(
+                        {
+                            "candidate_id": c.candidate_id,
+                            "space": c.space,
+                            "engine_id": c.engine_id,
+                            "knobs": c.knobs,
+                            "rank_a": c.rank_a,
+                            "rank_b": c.rank_b,
+                            "rank_fallback": c.rank_fallback,
+                            "notes": ",".join(c.notes),
+                            "workspace_bytes": -1,
+                            "status": "ok",
+                        }
+                    )
+                space.release(problem)
+            return rows, "live"
+        rows = self._by_problem.get(problem.key)
+        if rows is not None:
+            return rows, "records"
+        bucket = self._nearest.get(_kind(problem))
+        if bucket is None:
+            # Nothing of this kind was recorded: PyTorch's default (and GEMM lowering, if the math allows).
+            rows, src = [], "none"
+        else:
+            positions, keys = bucket
+            nearest = keys[int(np.argmin(((positions - self._position(problem)) ** 2).sum(axis=1)))]
+            rows, src = (
+                [dict(r, workspace_bytes=-1) for r in self._by_problem[nearest] if r["space"] == "cudnn"],
+                f"nearest:{nearest}",
+            )
+        kind = gemm_kind(problem)
+        if kind is not None:
+            rows.append(
+                {
+                    "candidate_id": f"gemm:{kind}",
+                    "space": "gemm",
+                    "engine_id": -1,
+                    "knobs": "",
+                    "rank_a": -1,
+                    "rank_b": -1,
+                    "rank_fallback": -1,
+                    "notes": "",
+                    "workspace_bytes": 0,
+                    "status": "ok",
+                }
+            )
+        rows.append(
+            {
+                "candidate_id": "pytorch:default",
+                "space": "pytorch",
+                "engine_id": -1,
+                "knobs": "",
+                "rank_a": -1,
+                "rank_b": -1,
+                "rank_fallback": -1,
+                "notes": "",
+                "workspace_bytes": 0,
+                "status": "ok",
+            }
+        )
+        return rows, src
+
+    def choose(
+        self,
+        problem: ConvProblem,
+        max_workspace_bytes: int | None = None,
+        deterministic: bool = False,
+        top_k: int = 1,
+        live: bool = False,
+    ) -> list[Choice]:
+        """The ``top_k`` best candidates for ``problem``, best first (memoised per arguments).
+
+        ``deterministic`` keeps GEMM lowering, PyTorch's default (deterministic under
+        ``torch.backends.cudnn.deterministic``) and engine configs whose numerical notes were recorded without
+        ``nondeterministic``. ``max_workspace_bytes`` drops candidates known to need more.
+        """
+        key = (problem, max_workspace_bytes, deterministic, top_k, live)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        all_rows, source = self.candidates_for(problem, live=live)
+        # The candidate part of the features depends only on the list, which nearby problems share.
+        mkey = (source, problem.key if source in ("records", "live") else gemm_kind(problem))
+        matrix = self._matrices.get(mkey)
+        if matrix is None:
+            matrix = self._matrices[mkey] = np.vstack([candidate_vector(r) for r in all_rows])
+        keep = [i for i, r in enumerate(all_rows) if self._allowed(r, problem, max_workspace_bytes, deterministic)]
+        if not keep:
+            raise ValueError(
+                f"no candidate for {problem.key} satisfies the filters "
+                f"(max_workspace_bytes={max_workspace_bytes}, deterministic={deterministic})"
+            )
+        rows = [all_rows[i] for i in keep]
+        n = len(keep)
+        X = np.hstack([np.tile(problem_vector(problem), (n, 1)), matrix[keep], np.tile(self._hardware, (n, 1))])
+        scores = self.ranker.score(X)
+        order = np.argsort(-scores, kind="stable")[: max(1, top_k)]
+        result = [
+            Choice(
+                candidate_id=rows[i]["candidate_id"],
+                space=rows[i]["space"],
+                engine_id=int(rows[i]["engine_id"]),
+                knobs=rows[i]["knobs"] or "",
+                score=float(scores[i]),
+                workspace_bytes=None if rows[i]["workspace_bytes"] < 0 else int(rows[i]["workspace_bytes"]),
+                source=source,
+            )
+            for i in order
+        ]
+        self._cache[key] = result
+        return result
+
+    def _allowed(self, row: Mapping[str, Any], problem: ConvProblem, max_ws: int | None, deterministic: bool) -> bool:
+        if (int(row["engine_id"]), problem.direction, problem.dtype) in self.blocked and row["space"] == "cudnn":
+            return False
+        if row.get("status", "ok") != "ok" and row.get("status") != "workspace_exceeded":
+            return False  # measured failing on this very problem
+        if max_ws is not None and row["workspace_bytes"] is not None and row["workspace_bytes"] > max_ws:
+            return False
+        if deterministic and row["space"] == "cudnn":
+            notes = (row.get("notes") or "").split(",")
+            return self.manifest.get("numeric_notes_recorded", False) and "nondeterministic" not in notes
+        return True
+
+
+def _check_environment(model_env: Mapping[str, Any], directory: Path, force: bool) -> None:
+    try:
+        import torch  # noqa: PLC0415
+
+        if not torch.cuda.is_available():
+            return
+        name = torch.cuda.get_device_name()
+        cudnn = int(torch.backends.cudnn.version() or 0)
+    except Exception:  # noqa: BLE001 - no usable CUDA: offline use for the model's own GPU
+        return
+    mismatches = []
+    if name != model_env.get("gpu_name"):
+        mismatches.append(f"GPU {name!r} (model: {model_env.get('gpu_name')!r})")
+    if cudnn != model_env.get("cudnn"):
+        mismatches.append(f"cuDNN {cudnn} (model: {model_env.get('cudnn')})")
+    if mismatches:
+        text = f"{directory} was trained for another environment: this process has {', '.join(mismatches)}"
+        if not force:
+            raise SelectorError(text + "; train a model for this GPU, or pass force=True to use it anyway")
+        warnings.warn(text, stacklevel=3)
+
+
+def build_catalogue(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[_CATALOGUE_COLUMNS].copy()
+
+
+def blocked_engines(frame: pd.DataFrame) -> list[list[Any]]:
+    """(engine id, direction, dtype) of cuDNN engines that ever gave a wrong result: never chosen there."""
+    bad = frame[(frame["status"] == "wrong_result") & (frame["space"] == "cudnn")]
+    return sorted({(int(e), d, t) for e, d, t in bad[["engine_id", "direction", "dtype"]].itertuples(index=False)})
+
+
+def new_manifest(params: RankerParams, environment: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    import lightgbm  # noqa: PLC0415
+    import sklearn  # noqa: PLC0415
+
+    import algosel  # noqa: PLC0415
+
+    return {
+        "feature_schema_version": FEATURE_SCHEMA_VERSION,
+        "feature_names": list(FEATURE_NAMES),
+        "params": params.__dict__.copy(),
+        "environment": dict(environment),
+        "libraries": {
+            "algosel": algosel.__version__,
+            "lightgbm": lightgbm.__version__,
+            "numpy": np.__version__,
+            "pandas": pd.__version__,
+            "scikit-learn": sklearn.__version__,
+        },
+        **extra,
+    }
+
+
+def default_model_dir(models_root: str | Path | None = None) -> Path:
+    """The shipped model matching this GPU where one is visible, else the only (or first) shipped model."""
+    root = Path(models_root) if models_root else Path(__file__).resolve().parent.parent / "models"
+    dirs = sorted(d for d in root.glob("*") if (d / MANIFEST_FILE).is_file())
+    if not dirs:
+        raise SelectorError(f"no trained model under {root}; run `algosel train`")
+    try:
+        import torch  # noqa: PLC0415
+
+        if torch.cuda.is_available():
+            from algosel.environment import collect_environment, gpu_slug  # noqa: PLC0415
+
+            slug = gpu_slug(collect_environment())
+            for d in dirs:
+                if d.name == slug:
+                    return d
+    except Exception:  # noqa: BLE001,S110 - fall back to the first model
+        pass
+    return dirs[0]
+
+
+def load_default(models_root: str | Path | None = None, force: bool = False) -> Selector:
+    return Selector.load(default_model_dir(models_root), force=force)

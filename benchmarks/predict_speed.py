@@ -1,0 +1,70 @@
+"""How fast ``algosel.predict`` answers, on one CPU core.
+
+    python benchmarks/predict_speed.py [--model models/h200-cudnn91900] [--problems 300]
+
+- first prediction for a new problem: ``--problems`` grid shapes (seed 7, not the sweep's seed) in every
+  direction, each predicted once with the memo empty (offline: candidates from the nearest recorded problem,
+  which is the path that costs most without cuDNN's own enumeration);
+- repeated prediction: the same problem again (memoised), timed with ``timeit``;
+- the model's final fit time on the full training set, as ``algosel train`` measured it (manifest).
+
+Prints medians and 95th percentiles in microseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+import timeit
+from pathlib import Path
+
+import numpy as np
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--problems", type=int, default=300)
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
+
+    import algosel
+    from algosel.grid import GridSpec, sample_grid
+    from algosel.selector import Selector, default_model_dir
+
+    model_dir = Path(args.model) if args.model else default_model_dir()
+    t0 = time.perf_counter()
+    selector = Selector.load(model_dir, force=True)
+    load_s = time.perf_counter() - t0
+    problems = [q for p in sample_grid(GridSpec(count=args.problems, seed=7)) for q in p.directions()]
+    selector.choose(problems[0], live=False)  # warm LightGBM's first-call set-up
+    first_us = []
+    for p in problems[1:]:
+        t = time.perf_counter()
+        selector.choose(p, live=False)
+        first_us.append(1e6 * (time.perf_counter() - t))
+    p = problems[1]
+    algosel.predict(p, model=selector, live=False)
+    n = 200_000
+    repeated_us = (
+        1e6 * min(timeit.repeat(lambda: algosel.predict(p, model=selector, live=False), number=n, repeat=5)) / n
+    )
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    print(f"model {model_dir} loaded in {load_s:.2f} s")
+    print(
+        f"first prediction, new problem (n={len(first_us)}): median {statistics.median(first_us):.0f} us, "
+        f"p95 {np.percentile(first_us, 95):.0f} us"
+    )
+    print(f"repeated prediction (memoised): {repeated_us:.2f} us")
+    print(
+        f"final fit on the training set: {manifest.get('final_fit_seconds')} s "
+        f"({manifest['params'].get('num_threads')} threads; `algosel train` total {manifest.get('total_seconds')} s)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""`algosel train`, `algosel evaluate` and `algosel predict` end to end on the committed slice."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import SLICE
+
+from algosel.cli import main
+
+
+def test_train_evaluate_predict(tmp_path, capsys):
+    assert (
+        main(
+            [
+                "train",
+                str(SLICE),
+                "--models",
+                str(tmp_path),
+                "--name",
+                "m",
+                "--quick",
+                "--n-estimators",
+                "30",
+                "--folds",
+                "2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "wrote" in out and "held-out model" in out
+    model = tmp_path / "m"
+    assert (model / "model.txt").is_file() and (model / "tuning.csv").is_file()
+
+    assert main(["evaluate", "--model", str(model), "--data", str(SLICE), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "Held-out shapes" in out and "Leave one network out" in out and "Whole networks" in out
+    report = json.loads((model / "report.json").read_text())
+    assert {"test", "lono", "network_totals"} <= set(report)
+    assert (model / "network_totals.csv").is_file()
+
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                str(model),
+                "--n",
+                "32",
+                "--c",
+                "64",
+                "--k",
+                "64",
+                "--h",
+                "56",
+                "--w",
+                "56",
+                "--r",
+                "3",
+                "--s",
+                "3",
+                "--pad",
+                "1",
+                "--dtype",
+                "float16",
+                "--direction",
+                "bwd_data",
+                "--offline",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("n32_c64_k64_h56_w56_r3_s3_p1x1") and "1. " in out
+
+    key = "n1600_c256_k4096_h6_w6_r6_s6_p0x0_u1x1_d1x1_g1_float16_nchw_fwd"
+    assert main(["predict", "--model", str(model), "--key", key, "--json", "--offline", "--top-k", "1"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["problem"] == key and len(got["choices"]) == 1
+
+
+def test_predict_errors(tmp_path, capsys):
+    assert main(["predict", "--model", str(tmp_path), "--n", "1"]) == 2
+    assert "missing: --c" in capsys.readouterr().err
+    assert main(["predict", "--model", str(tmp_path), "--key", "nonsense"]) == 2
+    assert "not a problem key" in capsys.readouterr().err
+    key = "n1_c1_k1_h1_w1_r1_s1_p0x0_u1x1_d1x1_g1_float16_nchw_fwd"
+    assert main(["predict", "--model", str(tmp_path), "--key", key]) == 2
+    assert "not a model directory" in capsys.readouterr().err

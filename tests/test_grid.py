@@ -1,0 +1,77 @@
+"""Tests of algosel.grid: the seeded grid of shapes is deterministic, bounded, prefix-stable and covers its axes."""
+
+from __future__ import annotations
+
+import pytest
+
+from algosel.grid import GridSpec, sample_grid
+from algosel.problem import ConvProblem
+
+
+@pytest.fixture(scope="module")
+def grid400() -> list[ConvProblem]:
+    return sample_grid(GridSpec(count=400, seed=0))
+
+
+def test_same_seed_gives_the_same_list() -> None:
+    assert sample_grid(GridSpec(count=50, seed=7)) == sample_grid(GridSpec(count=50, seed=7))
+
+
+def test_different_seeds_give_different_lists() -> None:
+    a = sample_grid(GridSpec(count=50, seed=0))
+    b = sample_grid(GridSpec(count=50, seed=1))
+    assert a != b
+    assert {p.shape_key for p in a} != {p.shape_key for p in b}
+
+
+@pytest.mark.parametrize("count", [1, 17, 120])
+def test_count_is_honoured_with_distinct_shapes(count: int) -> None:
+    problems = sample_grid(GridSpec(count=count))
+    assert len(problems) == count
+    assert len({p.shape_key for p in problems}) == count
+
+
+def test_count_zero_gives_an_empty_list() -> None:
+    assert sample_grid(GridSpec(count=0)) == []
+
+
+def test_problems_are_valid_forward_problems_within_budgets() -> None:
+    spec = GridSpec(count=150, seed=3, max_flops=2e9, max_operand_bytes=16 << 20)
+    problems = sample_grid(spec, dtype="float16", layout="nhwc")
+    assert len(problems) == 150
+    for p in problems:
+        assert ConvProblem.from_key(p.key) == p  # re-validated from its fields
+        assert (p.dtype, p.layout, p.direction) == ("float16", "nhwc", "fwd")
+        assert p.flops <= spec.max_flops
+        assert p.bytes_moved <= spec.max_operand_bytes
+
+
+def test_default_budgets_hold_on_the_default_grid(grid400: list[ConvProblem]) -> None:
+    spec = GridSpec()
+    assert all(p.flops <= spec.max_flops and p.bytes_moved <= spec.max_operand_bytes for p in grid400)
+
+
+def test_impossible_budgets_raise_instead_of_looping_forever() -> None:
+    with pytest.raises(RuntimeError, match="could not draw 5 shapes"):
+        sample_grid(GridSpec(count=5, max_flops=1, max_operand_bytes=1))
+
+
+def test_grid_covers_the_documented_axes(grid400: list[ConvProblem]) -> None:
+    kernels = {p.r for p in grid400} | {p.s for p in grid400}
+    assert {1, 3, 5, 7, 11} <= kernels
+    assert any(p.r != p.s for p in grid400), "asymmetric kernels"
+    assert {1, 2, 4} <= {p.stride_h for p in grid400}
+    assert any(p.dilation_h > 1 for p in grid400)
+    assert any(p.is_depthwise for p in grid400)
+    assert any(p.is_fully_connected and p.h > 1 for p in grid400)
+    assert any(p.is_pointwise for p in grid400)
+    assert any(p.pad_h > 0 for p in grid400) and any(p.pad_h == 0 and p.r > 1 for p in grid400), "same and valid"
+    batches = {p.n for p in grid400}
+    assert min(batches) == 1 and max(batches) >= 1024
+    assert max(max(p.c, p.k) for p in grid400) >= 2048
+    assert min(min(p.c, p.k) for p in grid400) <= 3
+
+
+def test_prefix_is_stable_when_the_count_grows() -> None:
+    # The sweep extends a dataset by asking for a larger count: the shapes it already measured must come first.
+    assert sample_grid(GridSpec(count=300))[:200] == sample_grid(GridSpec(count=200))

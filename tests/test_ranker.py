@@ -1,0 +1,95 @@
+"""The ranker's labels, grouping, training on real records, and the evaluation metrics on known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from algosel.evaluate import (
+    Prepared,
+    cross_val_picks,
+    geomean_ratio,
+    is_test_shape,
+    pick_times,
+    selector_table,
+)
+from algosel.ranker import MAX_RELEVANCE, Ranker, RankerParams, relevance, with_ratios
+
+
+def test_relevance_grades():
+    got = relevance(np.array([1.0, 1.05, 1.2, 2.0, np.inf]))
+    assert got.tolist() == [MAX_RELEVANCE, 14, 10, 0, 0]
+
+
+def _frame(rows):
+    base = {"status": "ok", "space": "cudnn", "rank_a": -1, "rank_b": -1}
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def test_with_ratios_groups_problems_and_marks_failures():
+    frame = _frame(
+        [
+            {"problem_key": "b", "candidate_id": "x", "time_ms_median": 2.0},
+            {"problem_key": "a", "candidate_id": "x", "time_ms_median": 4.0},
+            {"problem_key": "b", "candidate_id": "y", "time_ms_median": 1.0},
+            {"problem_key": "a", "candidate_id": "y", "time_ms_median": math.nan, "status": "build_failed"},
+            {"problem_key": "c", "candidate_id": "x", "time_ms_median": math.nan, "status": "run_failed"},
+        ]
+    )
+    out = with_ratios(frame)
+    assert out["problem_key"].tolist() == ["a", "a", "b", "b"]  # contiguous; "c" has nothing correct: dropped
+    assert out["ratio"].tolist() == [1.0, math.inf, 2.0, 1.0]
+
+
+def test_pick_falls_through_an_invalid_top_candidate():
+    data = _frame(
+        [
+            {"problem_key": "p", "candidate_id": "bad", "time_ms_median": math.nan, "status": "wrong_result"},
+            {"problem_key": "p", "candidate_id": "slow", "time_ms_median": 3.0},
+            {"problem_key": "p", "candidate_id": "fast", "time_ms_median": 1.0},
+            {"problem_key": "q", "candidate_id": "fast", "time_ms_median": 2.0},
+            {"problem_key": "q", "candidate_id": "slow", "time_ms_median": 5.0},
+        ]
+    )
+    picks = pick_times(data, np.array([9.0, 5.0, 1.0, 7.0, 0.0]))
+    assert picks.loc["p", "model"] == 3.0 and picks.loc["p", "model_candidate"] == "slow"
+    assert bool(picks.loc["p", "invalid_top1"]) and bool(picks.loc["p", "wrong_top1"])
+    assert picks.loc["q", "model"] == 2.0 and not picks.loc["q", "invalid_top1"]
+
+
+def test_test_split_is_by_shape_and_about_a_fifth():
+    keys = [f"n{i}_c8_k8_h8_w8_r3_s3_p1x1_u1x1_d1x1_g1" for i in range(1, 2001)]
+    held = is_test_shape(keys)
+    assert 0.17 < held.mean() < 0.23
+    assert (is_test_shape(keys) == held).all()
+
+
+def test_objective_must_be_known():
+    with pytest.raises(ValueError, match="objective"):
+        RankerParams(objective="poisson").lgb_params()
+
+
+def test_score_before_fit_is_an_error():
+    with pytest.raises(RuntimeError, match="not fitted"):
+        Ranker().score(np.zeros((1, 3)))
+
+
+@pytest.mark.parametrize("objective", ["lambdarank", "regression"])
+def test_training_on_real_records_beats_the_heuristic_on_its_training_set(slice_records, objective):
+    frame, envs = slice_records
+    prep = Prepared.build(frame, envs)
+    ranker = Ranker(RankerParams(objective=objective, n_estimators=60)).fit_prepared(prep.data, prep.X)
+    table = selector_table(frame, pick_times(prep.data, ranker.score(prep.X)))
+    assert geomean_ratio(table, "model") < geomean_ratio(table, "heuristic_a")
+    assert geomean_ratio(table, "model") < 1.2
+
+
+def test_cross_validation_predicts_every_problem_once_from_models_that_never_saw_its_shape(slice_records):
+    frame, envs = slice_records
+    prep = Prepared.build(frame, envs)
+    picks = cross_val_picks(prep, RankerParams(n_estimators=10), folds=3)
+    assert sorted(picks.index) == sorted(prep.data["problem_key"].unique())
+    assert picks.index.is_unique

@@ -1,0 +1,157 @@
+"""The model artifact (round trip and every error path) and the selector's choices, filters and memoisation."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import algosel
+from algosel.problem import ConvProblem
+from algosel.selector import CATALOGUE_FILE, MANIFEST_FILE, MODEL_FILE, Selector, SelectorError
+
+
+@pytest.fixture
+def model_copy(slice_model, tmp_path):
+    out = tmp_path / "m"
+    shutil.copytree(slice_model[0], out)
+    return out
+
+
+def test_artifact_round_trip_gives_the_same_scores(slice_model, slice_records, tmp_path):
+    frame, _ = slice_records
+    sel = Selector.load(slice_model[0])
+    again = Selector.load(sel.save(tmp_path / "again"))
+    p = ConvProblem.from_key(frame["problem_key"].iloc[0])
+    assert [c.candidate_id for c in sel.choose(p, top_k=5)] == [c.candidate_id for c in again.choose(p, top_k=5)]
+    assert sel.choose(p)[0].score == pytest.approx(again.choose(p)[0].score)
+    manifest = json.loads((slice_model[0] / MANIFEST_FILE).read_text())
+    for field in ("feature_schema_version", "data_fingerprint", "environment", "tuning", "test_scores", "libraries"):
+        assert field in manifest
+
+
+@pytest.mark.parametrize("missing", [MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE])
+def test_missing_file_is_named(model_copy, missing):
+    (model_copy / missing).unlink()
+    with pytest.raises(SelectorError, match=missing):
+        Selector.load(model_copy)
+
+
+def test_corrupt_manifest(model_copy):
+    (model_copy / MANIFEST_FILE).write_text("{not json")
+    with pytest.raises(SelectorError, match="corrupt manifest"):
+        Selector.load(model_copy)
+
+
+def test_manifest_without_a_field(model_copy):
+    m = json.loads((model_copy / MANIFEST_FILE).read_text())
+    del m["params"]
+    (model_copy / MANIFEST_FILE).write_text(json.dumps(m))
+    with pytest.raises(SelectorError, match="params"):
+        Selector.load(model_copy)
+
+
+def test_other_feature_schema_is_refused(model_copy):
+    m = json.loads((model_copy / MANIFEST_FILE).read_text())
+    m["feature_schema_version"] = 999
+    (model_copy / MANIFEST_FILE).write_text(json.dumps(m))
+    with pytest.raises(SelectorError, match="schema 999"):
+        Selector.load(model_copy)
+
+
+def test_corrupt_model_file(model_copy):
+    (model_copy / MODEL_FILE).write_text("tree\nnonsense=1\n")
+    with pytest.raises(SelectorError, match="model.txt"):
+        Selector.load(model_copy)
+
+
+def test_corrupt_catalogue(model_copy):
+    (model_copy / CATALOGUE_FILE).write_bytes(b"PAR1 garbage")
+    with pytest.raises(SelectorError, match="catalogue"):
+        Selector.load(model_copy)
+
+
+def test_another_gpu_is_refused_unless_forced(model_copy, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
+    with pytest.raises(SelectorError, match="A100.*cuDNN 90100|another environment"):
+        Selector.load(model_copy)
+    with pytest.warns(UserWarning, match="another environment"):
+        Selector.load(model_copy, force=True)
+
+
+def test_choices_are_ranked_and_memoised(slice_model, slice_records, monkeypatch):
+    frame, _ = slice_records
+    sel = Selector.load(slice_model[0])
+    p = ConvProblem.from_key(frame["problem_key"].iloc[0])
+    calls = []
+    real = sel.ranker.score
+    monkeypatch.setattr(sel.ranker, "score", lambda X: calls.append(len(X)) or real(X))
+    first = sel.choose(p, top_k=3)
+    assert len(first) == 3 and first[0].score >= first[1].score >= first[2].score
+    assert sel.choose(p, top_k=3) is first and len(calls) == 1
+    assert first[0].source == "records"
+
+
+def test_workspace_limit_drops_candidates_known_to_need_more(slice_model, slice_records):
+    frame, _ = slice_records
+    sel = Selector.load(slice_model[0])
+    big = frame[(frame["workspace_bytes"] > 1 << 20) & (frame["status"] == "ok")]
+    key = big["problem_key"].iloc[0]
+    p = ConvProblem.from_key(key)
+    limit = 1 << 20
+    allowed = sel.choose(p, max_workspace_bytes=limit, top_k=500)
+    assert all(c.workspace_bytes is None or c.workspace_bytes <= limit for c in allowed)
+    assert len(allowed) < len(sel.choose(p, top_k=500))
+
+
+def test_deterministic_keeps_only_candidates_known_deterministic(slice_model, slice_records):
+    frame, _ = slice_records
+    sel = Selector.load(slice_model[0])
+    assert sel.manifest["numeric_notes_recorded"] is False  # the H200 records carry behaviour notes only
+    p = ConvProblem.from_key(frame.loc[frame["space"] == "gemm", "problem_key"].iloc[0])
+    spaces = {c.space for c in sel.choose(p, deterministic=True, top_k=500)}
+    assert spaces <= {"gemm", "pytorch"} and "gemm" in spaces
+
+
+def test_blocked_engines_are_never_chosen(slice_model, slice_records):
+    frame, _ = slice_records
+    sel = Selector.load(slice_model[0])
+    wrong = frame[frame["status"] == "wrong_result"].iloc[0]
+    assert (int(wrong["engine_id"]), wrong["direction"], wrong["dtype"]) in sel.blocked
+    p = ConvProblem.from_key(wrong["problem_key"])
+    assert wrong["candidate_id"] not in {c.candidate_id for c in sel.choose(p, top_k=500)}
+
+
+def test_an_unseen_problem_uses_the_nearest_recorded_one(slice_model):
+    sel = Selector.load(slice_model[0])
+    p = ConvProblem(n=24, c=72, k=136, h=33, w=35, r=3, s=3, pad_h=1, pad_w=1, dtype="float16")
+    choices = sel.choose(p, top_k=500)
+    assert choices[0].source.startswith("nearest:")
+    assert any(c.candidate_id == "pytorch:default" for c in choices)
+    fc = ConvProblem(n=77, c=256, k=1000, h=6, w=6, r=6, s=6, dtype="float16", direction="bwd_data")
+    assert "gemm:fc" in {c.candidate_id for c in sel.choose(fc, top_k=500)}
+
+
+def test_predict_api_with_fields_and_errors(slice_model):
+    sel = Selector.load(slice_model[0])
+    got = algosel.predict(
+        model=sel, n=32, c=64, k=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, dtype="float16", top_k=2, live=False
+    )
+    assert len(got) == 2 and got[0].candidate_id
+    p = ConvProblem(32, 64, 64, 56, 56, 3, 3, 1, 1, dtype="float16")
+    assert algosel.predict(p, model=sel, top_k=2, live=False) is algosel.predict(p, model=sel, top_k=2, live=False)
+    with pytest.raises(ValueError, match="unknown problem field 'kernel'"):
+        algosel.predict(model=sel, n=1, c=1, k=1, h=1, w=1, r=1, s=1, kernel=3)
+    with pytest.raises(ValueError, match="groups"):
+        algosel.predict(model=sel, n=1, c=3, k=4, h=5, w=5, r=1, s=1, groups=2)
+    with pytest.raises(ValueError, match="needs a ConvProblem"):
+        algosel.predict(model=sel)
+    with pytest.raises(ValueError, match="top_k"):
+        algosel.predict(p, model=sel, top_k=0)
+    assert np.isfinite(got[0].score)
