@@ -16,6 +16,7 @@ with GEMM lowering and PyTorch's default added where they apply.
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from algosel.ranker import Ranker, RankerParams
 
 MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE = "model.txt", "manifest.json", "catalogue.parquet"
 _CATALOGUE_COLUMNS = [
+    "time_ms_median",
     "problem_key",
     "candidate_id",
     "space",
@@ -242,9 +244,22 @@ class Selector:
         all_rows, source = self.candidates_for(problem, live=live)
         # The candidate part of the features depends only on the list, which nearby problems share.
         mkey = (source, problem.key if source in ("records", "live") else gemm_kind(problem))
-        matrix = self._matrices.get(mkey)
+        result = self._rank(problem, all_rows, source, mkey, max_workspace_bytes, deterministic, top_k)
+        self._cache[key] = result
+        return result
+
+    def rank_rows(
+        self, problem: ConvProblem, rows: list[dict[str, Any]], max_workspace_bytes: int | None = None
+    ) -> list[Choice]:
+        """Rank an explicit candidate list (e.g. cuDNN's live list, as the runtime hook has it), best first."""
+        return self._rank(problem, rows, "live", None, max_workspace_bytes, False, len(rows))
+
+    def _rank(self, problem, all_rows, source, mkey, max_workspace_bytes, deterministic, top_k) -> list[Choice]:
+        matrix = self._matrices.get(mkey) if mkey is not None else None
         if matrix is None:
-            matrix = self._matrices[mkey] = np.vstack([candidate_vector(r) for r in all_rows])
+            matrix = np.vstack([candidate_vector(r) for r in all_rows])
+            if mkey is not None:
+                self._matrices[mkey] = matrix
         keep = [i for i, r in enumerate(all_rows) if self._allowed(r, problem, max_workspace_bytes, deterministic)]
         if not keep:
             raise ValueError(
@@ -256,7 +271,7 @@ class Selector:
         X = np.hstack([np.tile(problem_vector(problem), (n, 1)), matrix[keep], np.tile(self._hardware, (n, 1))])
         scores = self.ranker.score(X)
         order = np.argsort(-scores, kind="stable")[: max(1, top_k)]
-        result = [
+        return [
             Choice(
                 candidate_id=rows[i]["candidate_id"],
                 space=rows[i]["space"],
@@ -268,8 +283,18 @@ class Selector:
             )
             for i in order
         ]
-        self._cache[key] = result
-        return result
+
+    def recorded_gain_us(self, problem: ConvProblem, candidate_id: str) -> float | None:
+        """Device time the candidate saves over PyTorch's default per call, where both were measured on this
+        very problem; else None."""
+        rows = self._by_problem.get(problem.key)
+        if not rows:
+            return None
+        times = {r["candidate_id"]: r.get("time_ms_median") for r in rows}
+        t, t_default = times.get(candidate_id), times.get("pytorch:default")
+        if t is None or t_default is None or math.isnan(t) or math.isnan(t_default):  # not timed
+            return None
+        return 1000.0 * (t_default - t)
 
     def _allowed(self, row: Mapping[str, Any], problem: ConvProblem, max_ws: int | None, deterministic: bool) -> bool:
         if (int(row["engine_id"]), problem.direction, problem.dtype) in self.blocked and row["space"] == "cudnn":

@@ -87,6 +87,7 @@ def train(
         "final_fit_seconds": round(fit_s, 1),
         "total_seconds": round(time.perf_counter() - t0, 1),
         "blocked_engines": blocked_engines(frame),
+        "dtypes": sorted(frame["dtype"].unique()),
         # Numerical notes (nondeterministic, tensor_core...) are recorded only when the sweep could read them.
         "numeric_notes_recorded": bool(frame["notes"].str.contains("nondeterministic|tensor_core").any()),
     }

@@ -71,24 +71,18 @@ class _PreparedEngine(PreparedCandidate):
             self.workspace_bytes = int(mg.graph.get_workspace_size_plan_at_index(index))
         except Exception as exc:  # noqa: BLE001 - the frontend raises several types for one meaning
             raise CandidateError("build_failed", f"{type(exc).__name__}: {exc}") from exc
-        self._workspace: torch.Tensor | None = None
-
-    def allocate(self) -> None:
-        self._workspace = torch.empty(max(self.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
 
     def run(self, ops: Operands) -> torch.Tensor:
-        if self._workspace is None:
-            self.allocate()
+        # Workspace from PyTorch's caching allocator on every call: freed blocks return to the pool of the current
+        # stream, so many cached plans do not each hold their workspace.
+        workspace = torch.empty(max(self.workspace_bytes, 1), dtype=torch.uint8, device=ops.x.device)
         t = self._mg.tensors
         d = self.problem.direction
         out = ops.y if d == "fwd" else ops.x if d == "bwd_data" else ops.w
         pack = {t["x"]: ops.x, t["w"]: ops.w, t["y"]: ops.y}
         handle = self._space.handle_for_current_stream()
-        self._mg.graph.execute_plan_at_index(pack, self._workspace, index=self._index, handle=handle)
+        self._mg.graph.execute_plan_at_index(pack, workspace, index=self._index, handle=handle)
         return out
-
-    def close(self) -> None:
-        self._workspace = None
 
 
 class CudnnEngineSpace(CandidateSpace):

@@ -1,0 +1,372 @@
+"""The runtime hook: PyTorch's ``conv2d`` runs the candidate the selector predicts, forward and backward.
+
+Turn it on for a block (``with algosel.hook.enabled(): ...``), for the process (:func:`enable` /
+:func:`disable`), or for one model's ``Conv2d`` modules (:func:`patch_model`). User code does not change:
+``torch.nn.functional.conv2d`` (which every ``nn.Conv2d`` calls) is routed through :func:`conv2d`.
+
+For each convolution the forward pass, the input gradient and the weight gradient are three problems, each with
+its own predicted candidate (a custom autograd Function). Per problem, once:
+
+- a cuDNN engine config: the graph is planned and only the chosen plan is built, then cached; it runs on the
+  current stream with workspace from PyTorch's caching allocator;
+- GEMM lowering: ``torch.matmul`` on views of the operands;
+- pass-through to PyTorch's own convolution where that is the prediction, where the problem is outside what the
+  selector covers (dtype, device, padding it cannot express), or where the recorded gain is smaller than the
+  hook's own host overhead per call.
+
+Every pass-through and every fallback (a chosen candidate that failed) is counted with its reason: :func:`stats`.
+Inputs PyTorch would reject (mismatched devices, dtypes, shapes) go to PyTorch unchanged, so users get PyTorch's
+own error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from algosel.candidates.base import Candidate, CandidateError, PreparedCandidate
+from algosel.candidates.gemm import gemm_conv
+from algosel.operands import Operands, empty_like_layout
+from algosel.problem import ConvProblem
+
+log = logging.getLogger(__name__)
+
+_original_conv2d: Callable[..., torch.Tensor] = F.conv2d
+_state = threading.local()
+_counts: Counter[str] = Counter()
+#: Host time the hook adds per call over PyTorch's own conv call, in microseconds: below this recorded gain a
+#: candidate is not worth leaving PyTorch's path for. Measured by benchmarks/hook_bench.py on the H200.
+DEFAULT_MIN_GAIN_US = 20.0
+
+
+def stats() -> dict[str, int]:
+    """Calls per path: ``gemm``, ``cudnn``, ``pytorch:<reason>`` (pass-through), ``fallback:<error>``."""
+    return dict(_counts)
+
+
+def reset_stats() -> None:
+    _counts.clear()
+
+
+# ------------------------------------------------------------------------------------------------ executors
+@dataclass
+class _Plan:
+    """What the hook runs for one problem: a prepared candidate, or ``None`` with the pass-through reason."""
+
+    runner: PreparedCandidate | None
+    path: str  # "gemm", "cudnn" or "pytorch:<reason>"
+
+
+class Executor:
+    """Chooses, prepares and caches the candidate of every problem it meets.
+
+    Parameters
+    ----------
+    selector : Selector, optional
+        Default: the shipped model for this GPU (:func:`algosel.selector.load_default`).
+    live : bool, optional
+        Rank cuDNN's live candidate list (default: when a GPU and the frontend are present).
+    min_gain_us : float
+        Pass through where the records say the chosen candidate saves less than this per call.
+    max_workspace_bytes : int, optional
+    """
+
+    def __init__(self, selector=None, live: bool | None = None, min_gain_us: float = DEFAULT_MIN_GAIN_US,
+                 max_workspace_bytes: int | None = None):  # fmt: skip
+        if selector is None:
+            from algosel.selector import load_default  # noqa: PLC0415
+
+            selector = load_default()
+        self.selector = selector
+        self.min_gain_us = min_gain_us
+        self.max_workspace_bytes = max_workspace_bytes
+        self._live = live
+        self._plans: dict[ConvProblem, _Plan] = {}
+        self._cudnn = None
+        self._dtypes = set(selector.manifest.get("dtypes", ("float32", "float16")))
+
+    def _live_ok(self) -> bool:
+        if self._live is None:
+            from algosel.api import _live_available  # noqa: PLC0415
+
+            self._live = _live_available(self.selector)
+        return self._live
+
+    def plan(self, problem: ConvProblem, device: torch.device) -> _Plan:
+        cached = self._plans.get(problem)
+        if cached is None:
+            cached = self._plans[problem] = self._make_plan(problem, device)
+        return cached
+
+    def _make_plan(self, problem: ConvProblem, device: torch.device) -> _Plan:
+        if problem.dtype not in self._dtypes:
+            return _Plan(None, "pytorch:dtype not covered")
+        live = device.type == "cuda" and self._live_ok()
+        space = None
+        if live:
+            from algosel.candidates.cudnn_engines import CudnnEngineSpace  # noqa: PLC0415
+
+            self._cudnn = self._cudnn or CudnnEngineSpace()
+            space = self._cudnn
+            try:
+                cands = space.enumerate(problem)
+            except CandidateError:
+                cands = []
+            rows = [_row(c) for c in cands]
+            rows += _extra_rows(problem)
+            choices = self.selector.rank_rows(problem, rows, self.max_workspace_bytes)
+        else:
+            choices = self.selector.choose(problem, self.max_workspace_bytes, top_k=1, live=False)
+        try:
+            choice = choices[0]
+            if choice.space == "pytorch":
+                return _Plan(None, "pytorch:predicted best")
+            gain_us = self.selector.recorded_gain_us(problem, choice.candidate_id)
+            if gain_us is not None and gain_us < self.min_gain_us:
+                return _Plan(None, "pytorch:gain below hook overhead")
+            if choice.space == "gemm":
+                return _Plan(_GemmRunner(problem), "gemm")
+            if device.type != "cuda" or space is None:
+                return _Plan(None, "pytorch:cudnn config needs the live GPU list")
+            cand = next((c for c in cands if c.candidate_id == choice.candidate_id), None)
+            if cand is None:
+                return _Plan(None, "pytorch:choice not in cuDNN's list")
+            try:
+                return _Plan(space.prepare(problem, cand), "cudnn")
+            except CandidateError as exc:
+                _counts[f"fallback:build {exc.status}"] += 1
+                return _Plan(None, "pytorch:chosen config did not build")
+        finally:
+            if space is not None:
+                space.release(problem)
+
+
+def _row(c: Candidate) -> dict[str, Any]:
+    return {"candidate_id": c.candidate_id, "space": c.space, "engine_id": c.engine_id, "knobs": c.knobs,
+            "rank_a": c.rank_a, "rank_b": c.rank_b, "rank_fallback": c.rank_fallback, "notes": ",".join(c.notes),
+            "workspace_bytes": -1, "status": "ok"}  # fmt: skip
+
+
+def _extra_rows(problem: ConvProblem) -> list[dict[str, Any]]:
+    from algosel.candidates.gemm import GemmSpace  # noqa: PLC0415
+    from algosel.candidates.pytorch_default import PyTorchDefaultSpace  # noqa: PLC0415
+
+    rows = [_row(c) for c in GemmSpace().enumerate(problem) + PyTorchDefaultSpace().enumerate(problem)]
+    for r in rows:
+        r["workspace_bytes"] = 0
+    return rows
+
+
+class _GemmRunner(PreparedCandidate):
+    def __init__(self, problem: ConvProblem):
+        self.problem = problem
+        self.candidate = Candidate("gemm", "lowering")
+
+    def run(self, ops: Operands) -> torch.Tensor:
+        # The math mode the sweep measured: TF32 follows the conv's setting (cudnn.allow_tf32), not matmul's.
+        matmul = torch.backends.cuda.matmul
+        saved, matmul.allow_tf32 = matmul.allow_tf32, self.problem.dtype == "float32"
+        try:
+            return gemm_conv(self.problem, *ops.inputs(self.problem.direction))
+        finally:
+            matmul.allow_tf32 = saved
+
+
+# ----------------------------------------------------------------------------------------- the Function
+def _torch_dtype_name(t: torch.Tensor) -> str | None:
+    if t.dtype == torch.float32:
+        return "float32" if torch.backends.cudnn.allow_tf32 else "float32_strict"
+    return {torch.float16: "float16", torch.bfloat16: "bfloat16"}.get(t.dtype)
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[-1]))
+
+
+def _problem(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, groups) -> tuple[ConvProblem | None, str]:
+    """The forward problem of a conv2d call, or None and why the hook does not handle it."""
+    dtype = _torch_dtype_name(x)
+    if dtype is None:
+        return None, "pytorch:dtype not covered"
+    (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
+    r, s = w.shape[2], w.shape[3]
+    if isinstance(padding, str):
+        if padding == "valid":
+            ph = pw = 0
+        elif padding == "same":
+            if (dh * (r - 1)) % 2 or (dw * (s - 1)) % 2 or (sh, sw) != (1, 1):
+                return None, "pytorch:asymmetric same padding"
+            ph, pw = dh * (r - 1) // 2, dw * (s - 1) // 2
+        else:
+            return None, "pytorch:unknown padding"
+    else:
+        ph, pw = _pair(padding)
+    nhwc = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    try:
+        p = ConvProblem(n=x.shape[0], c=x.shape[1], k=w.shape[0], h=x.shape[2], w=x.shape[3], r=r, s=s,
+                        pad_h=ph, pad_w=pw, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, groups=groups,
+                        dtype=dtype, layout="nhwc" if nhwc else "nchw")  # fmt: skip
+    except ValueError as exc:
+        return None, f"pytorch:invalid problem ({exc})"
+    return p, ""
+
+
+def _run(ex: Executor, problem: ConvProblem, ops: Operands, fallback: Callable[[], torch.Tensor]) -> torch.Tensor:
+    plan = ex.plan(problem, ops.x.device)
+    if plan.runner is None:
+        _counts[plan.path] += 1
+        return fallback()
+    try:
+        out = plan.runner.run(ops)
+        _counts[plan.path] += 1
+        return out
+    except Exception as exc:  # noqa: BLE001 - any failure of a chosen candidate falls back, counted
+        _counts[f"fallback:{type(exc).__name__}"] += 1
+        log.warning("algosel: %s failed on %s (%s); falling back to PyTorch", plan.path, problem.key, exc)
+        ex._plans[problem] = _Plan(None, "pytorch:chosen candidate failed")
+        return fallback()
+
+
+class _Conv2dFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, problem: ConvProblem, ex: Executor):
+        mf = torch.channels_last if problem.layout == "nhwc" else torch.contiguous_format
+        x = x.contiguous(memory_format=mf)
+        weight = weight.contiguous(memory_format=mf)
+        args = _conv_kwargs(problem)
+        ctx.save_for_backward(x, weight)
+        ctx.problem, ctx.ex, ctx.has_bias = problem, ex, bias is not None
+        y = empty_like_layout(problem.y_shape, problem, x.device)
+        passed_through = []
+
+        def pytorch_forward():
+            passed_through.append(True)  # with the bias fused, exactly as without the hook
+            return _original_conv2d(x, weight, bias, **args)
+
+        out = _run(ex, problem, Operands(x, weight, y), pytorch_forward)
+        if bias is not None and not passed_through:
+            out = out + bias.view(1, -1, 1, 1)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        problem, ex = ctx.problem, ctx.ex
+        mf = torch.channels_last if problem.layout == "nhwc" else torch.contiguous_format
+        grad_y = grad_y.contiguous(memory_format=mf)
+        args = _conv_kwargs(problem)
+        gx = gw = gb = None
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+
+        def pytorch_grads(mask):
+            return torch.ops.aten.convolution_backward(
+                grad_y, x, weight, None, list(args["stride"]), list(args["padding"]), list(args["dilation"]),
+                False, [0, 0], args["groups"], mask,
+            )
+
+        if need_x:
+            p = problem.replace(direction="bwd_data")
+            dx = empty_like_layout(p.x_shape, p, x.device)
+            gx = _run(ex, p, Operands(dx, weight, grad_y), lambda: pytorch_grads([True, False, False])[0])
+        if need_w:
+            p = problem.replace(direction="bwd_filter")
+            dw = empty_like_layout(p.w_shape, p, x.device)
+            gw = _run(ex, p, Operands(x, dw, grad_y), lambda: pytorch_grads([False, True, False])[1])
+        if need_b and ctx.has_bias:
+            gb = grad_y.sum(dim=(0, 2, 3))
+        return gx, gw, gb, None, None
+
+
+def _conv_kwargs(p: ConvProblem) -> dict[str, Any]:
+    return {"stride": (p.stride_h, p.stride_w), "padding": (p.pad_h, p.pad_w),
+            "dilation": (p.dilation_h, p.dilation_w), "groups": p.groups}  # fmt: skip
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002 - F.conv2d's names
+    """Drop-in for ``torch.nn.functional.conv2d`` that runs the selector's choices (see the module docstring)."""
+    ex: Executor | None = getattr(_state, "executor", None) or _global.get("executor")
+    if ex is None or not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        return _original_conv2d(input, weight, bias, stride, padding, dilation, groups)
+    x, w, b = input, weight, bias
+    # Anything PyTorch would reject goes to PyTorch, so the user gets PyTorch's own error.
+    if (x.dim() != 4 or w.dim() != 4 or x.device != w.device or (b is not None and b.device != x.device)
+            or x.shape[1] != w.shape[1] * groups or not x.is_floating_point()):  # fmt: skip
+        _counts["pytorch:not a plain 4-D conv"] += 1
+        return _original_conv2d(x, w, b, stride, padding, dilation, groups)
+    device_type = x.device.type
+    if torch.is_autocast_enabled(device_type):
+        # Autocast would lower conv2d to its fast dtype below F.conv2d; do the same cast here.
+        dt = torch.get_autocast_dtype(device_type)
+        x, w = x.to(dt), w.to(dt)
+        b = b.to(dt) if b is not None else None
+    if x.dtype != w.dtype or (b is not None and b.dtype != x.dtype):
+        _counts["pytorch:mixed dtypes"] += 1
+        return _original_conv2d(x, w, b, stride, padding, dilation, groups)
+    problem, reason = _problem(x, w, stride, padding, dilation, groups)
+    if problem is None:
+        _counts[reason] += 1
+        return _original_conv2d(x, w, b, stride, padding, dilation, groups)
+    with torch.autocast(device_type, enabled=False):
+        return _Conv2dFunction.apply(x, w, b, problem, ex)
+
+
+# ------------------------------------------------------------------------------------------------ switches
+_global: dict[str, Executor | None] = {"executor": None}
+
+
+def enable(executor: Executor | None = None, **kwargs: Any) -> Executor:
+    """Route every ``F.conv2d`` of the process through the selector (``**kwargs`` go to :class:`Executor`)."""
+    ex = executor or Executor(**kwargs)
+    _global["executor"] = ex
+    F.conv2d = conv2d
+    return ex
+
+
+def disable() -> None:
+    """Restore PyTorch's own ``F.conv2d``."""
+    _global["executor"] = None
+    if getattr(_state, "executor", None) is None:
+        F.conv2d = _original_conv2d
+
+
+@contextlib.contextmanager
+def enabled(executor: Executor | None = None, **kwargs: Any) -> Iterator[Executor]:
+    """Route ``F.conv2d`` through the selector inside the block (this thread), restoring the previous state after."""
+    ex = executor or Executor(**kwargs)
+    previous, patched = getattr(_state, "executor", None), F.conv2d
+    _state.executor = ex
+    F.conv2d = conv2d
+    try:
+        yield ex
+    finally:
+        _state.executor = previous
+        F.conv2d = patched
+
+
+def patch_model(model: torch.nn.Module, executor: Executor | None = None, **kwargs: Any) -> Executor:
+    """Make every ``nn.Conv2d`` of ``model`` run the selector's choices, whatever the global switch says."""
+    ex = executor or Executor(**kwargs)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Conv2d) and module.padding_mode == "zeros":
+            module._conv_forward = _patched_forward(module, ex)  # type: ignore[method-assign]
+    return ex
+
+
+def _patched_forward(module: torch.nn.Conv2d, ex: Executor):
+    def _conv_forward(input, weight, bias):  # noqa: A002
+        previous = getattr(_state, "executor", None)
+        _state.executor = ex
+        try:
+            return conv2d(input, weight, bias, module.stride, module.padding, module.dilation, module.groups)
+        finally:
+            _state.executor = previous
+
+    return _conv_forward

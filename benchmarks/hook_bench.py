@@ -1,0 +1,238 @@
+"""The runtime hook against PyTorch's default and cudnn.benchmark, on a GPU.
+
+    python benchmarks/hook_bench.py --out hook_bench.json          # every job, spread over the visible GPUs
+
+Every (case, mode) job runs in a process of its own (PyTorch caches the plan it picked per shape in a process,
+whatever the benchmark flag, so modes must not share one). Modes: ``default`` (``cudnn.benchmark = False``),
+``benchmark`` (``cudnn.benchmark = True``), ``algosel`` (``algosel.hook.enabled()`` with the shipped model) and,
+for fc6, ``matmul`` (the same math as ``nn.Linear`` on the flattened input). Cases:
+
+- ``fc6-<dtype>``: AlexNet's fc6 as a 6x6 conv (batch 1600, 256x6x6 -> 4096), forward + backward (input grad too);
+  median of 20 steps after 3 warm-up steps;
+- ``fpn``: a detection FPN head training step (lateral 1x1 and 3x3 output convs over four ResNet maps, batch 1,
+  float32) with a new input size at every step over 20 sizes: the first pass over the sizes (includes benchmark
+  mode's tuning or the hook's planning) and the steady rate of 3 more passes;
+- ``resnet50-<float32|amp>``: a ResNet-50 training step (batch 32, 224x224, SGD), float32 or float16 autocast;
+  median of 15 steps after 5 warm-up steps;
+- ``overhead``: host time per call of a tiny conv (launch-bound), PyTorch's call against the hooked call on the
+  cuDNN and on the GEMM path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+JOBS = (
+    [(f"fc6-{d}", m) for d in ("float16", "float32") for m in ("default", "benchmark", "algosel", "matmul")]
+    + [("fpn", m) for m in ("default", "benchmark", "algosel")]
+    + [(f"resnet50-{d}", m) for d in ("float32", "amp") for m in ("default", "benchmark", "algosel")]
+    + [("overhead", "all")]
+)
+
+
+def _events_median(step, warmup: int, iters: int) -> float:
+    import torch
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        step()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+def _mode_context(mode: str):
+    import contextlib
+
+    import torch
+
+    torch.backends.cudnn.benchmark = mode == "benchmark"
+    if mode == "algosel":
+        from algosel import hook
+
+        return hook.enabled()
+    return contextlib.nullcontext()
+
+
+def run_fc6(dtype_name: str, mode: str) -> dict:
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    x = torch.randn(1600, 256, 6, 6, device="cuda", dtype=dtype, requires_grad=True)
+    if mode == "matmul":
+        layer = torch.nn.Linear(256 * 36, 4096).cuda().to(dtype)
+
+        def step():
+            layer(x.flatten(1)).sum().backward()
+    else:
+        layer = torch.nn.Conv2d(256, 4096, 6).cuda().to(dtype)
+
+        def step():
+            layer(x).sum().backward()
+
+    with _mode_context(mode):
+        ms = _events_median(step, 3, 20)
+    return {"step_ms": ms}
+
+
+def run_fpn(mode: str) -> dict:
+    import torch
+
+    from algosel.suites import SUITES, FPNHead
+
+    sizes = SUITES["fpn"].sizes
+    head = FPNHead().cuda()
+    opt = torch.optim.SGD(head.parameters(), lr=1e-3)
+    inputs = {s: [t.normal_().requires_grad_() for t in head.example_inputs(*s, device="cuda")] for s in sizes}
+
+    def step(size):
+        opt.zero_grad(set_to_none=True)
+        loss = sum(o.mean() for o in head(*inputs[size]))
+        loss.backward()
+        opt.step()
+
+    with _mode_context(mode):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for s in sizes:
+            step(s)
+        torch.cuda.synchronize()
+        first_pass_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(3):
+            for s in sizes:
+                step(s)
+        torch.cuda.synchronize()
+        steady = 3 * len(sizes) / (time.perf_counter() - t0)
+    out = {"first_pass_s": first_pass_s, "steady_it_per_s": steady, "sizes": len(sizes)}
+    if mode == "algosel":
+        from algosel import hook
+
+        out["stats"] = hook.stats()
+    return out
+
+
+def run_resnet(kind: str, mode: str) -> dict:
+    import torch
+    import torchvision
+
+    model = torchvision.models.resnet50().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(32, 3, 224, 224, device="cuda")
+    target = torch.randint(0, 1000, (32,), device="cuda")
+    amp = kind == "amp"
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+            loss = torch.nn.functional.cross_entropy(model(x), target)
+        loss.backward()
+        opt.step()
+
+    with _mode_context(mode):
+        ms = _events_median(step, 5, 15)
+    out = {"step_ms": ms}
+    if mode == "algosel":
+        from algosel import hook
+
+        out["stats"] = hook.stats()
+    return out
+
+
+def run_overhead() -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from algosel import hook
+
+    x = torch.randn(1, 16, 16, 16, device="cuda", dtype=torch.float16)
+    w3 = torch.randn(16, 16, 3, 3, device="cuda", dtype=torch.float16)
+    w1 = torch.randn(16, 16, 1, 1, device="cuda", dtype=torch.float16)
+    n = 2000
+
+    def per_call_us(fn) -> float:
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        return 1e6 * (time.perf_counter() - t0) / n
+
+    out = {"pytorch_3x3_us": per_call_us(lambda: F.conv2d(x, w3, padding=1)),
+           "pytorch_1x1_us": per_call_us(lambda: F.conv2d(x, w1))}  # fmt: skip
+    with hook.enabled(hook.Executor(min_gain_us=-1e9)):  # keep the hook's own path even where gains are tiny
+        out["algosel_3x3_us"] = per_call_us(lambda: F.conv2d(x, w3, padding=1))
+        out["algosel_1x1_us"] = per_call_us(lambda: F.conv2d(x, w1))
+        out["stats"] = hook.stats()
+    return out
+
+
+def run_job(case: str, mode: str) -> dict:
+    if case.startswith("fc6-"):
+        return run_fc6(case.split("-", 1)[1], mode)
+    if case == "fpn":
+        return run_fpn(mode)
+    if case.startswith("resnet50-"):
+        return run_resnet(case.split("-", 1)[1], mode)
+    if case == "overhead":
+        return run_overhead()
+    raise ValueError(f"unknown case {case!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--job", nargs=2, metavar=("CASE", "MODE"), help="run one job in this process")
+    parser.add_argument("--out", default="hook_bench.json")
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs to spread jobs over (default: all visible)")
+    args = parser.parse_args()
+    if args.job:
+        print("RESULT " + json.dumps(run_job(*args.job)), flush=True)
+        return
+    import torch
+
+    gpus = args.gpus or torch.cuda.device_count()
+    # Children get one GPU each, named as this process sees them (respecting its own CUDA_VISIBLE_DEVICES).
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    free = (visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())])[:gpus]
+
+    def launch(job):
+        gpu = free.pop()
+        try:
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, __file__, "--job", *job], env=env, capture_output=True, text=True,
+                                  timeout=400, check=False)  # fmt: skip
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            result = json.loads(lines[-1][7:]) if lines else {"error": proc.stderr[-2000:]}
+            result["wall_s"] = round(time.perf_counter() - t0, 1)
+            return {"case": job[0], "mode": job[1], **result}
+        finally:
+            free.append(gpu)
+
+    with ThreadPoolExecutor(max_workers=gpus) as pool:
+        results = list(pool.map(launch, JOBS))
+    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+           "date": time.strftime("%Y-%m-%d")}  # fmt: skip
+    Path(args.out).write_text(json.dumps({"environment": env, "results": results}, indent=1) + "\n")
+    for r in results:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()
