@@ -137,14 +137,18 @@ def report(table: pd.DataFrame) -> pd.DataFrame:
     return comp
 
 
-def network_totals(table_times: pd.DataFrame, suites: pd.DataFrame, dtypes: Iterable[str]) -> pd.DataFrame:
+def network_totals(tables: Mapping[str, pd.DataFrame], suites: pd.DataFrame, dtypes: Iterable[str]) -> pd.DataFrame:
     """Whole-network fwd + bwd time per selector: the sum over every conv call of the network.
 
-    ``table_times`` is a :func:`selector_table` (indexed by problem key). The first conv of a classification
-    network gets no ``bwd_data`` (autograd does not compute the gradient of the input image).
+    ``tables`` maps a network to its :func:`selector_table` (indexed by problem key; with leave-one-network-out,
+    each network's own). The first conv of a classification network gets no ``bwd_data`` (autograd does not
+    compute the gradient of the input image).
     """
     rows = []
     for (network, size), layers in suites.groupby(["network", "size"], sort=False):
+        if network not in tables:
+            continue
+        table_times = tables[network]
         for dtype in dtypes:
             totals = dict.fromkeys(("best", *SELECTORS), 0.0)
             missing = 0
@@ -307,13 +311,15 @@ def run_evaluation(
             **{k: v for k, v in sel.manifest["params"].items() if k in RankerParams.__dataclass_fields__}
         )
         picks = leave_one_network_out(prep, frame, suites, params, progress=progress)
-        lono_table = selector_table(frame, picks)
+        # A shape shared by two networks has a pick from each network's model; the overall table keeps one.
+        lono_table = selector_table(frame, picks[~picks.index.duplicated()].drop(columns="network"))
         lono_comp = report(lono_table)
-        totals = network_totals(
-            lono_table.fillna({s: lono_table["pytorch_default"] for s in SELECTORS}),
-            suites,
-            sorted(frame["dtype"].unique()),
-        )
+        tables = {}
+        for network, part in picks.groupby("network"):
+            t = selector_table(frame, part.drop(columns="network"))
+            # Where a heuristic had no correct candidate, a framework falls back to PyTorch's own path.
+            tables[network] = t.fillna({s: t["pytorch_default"] for s in SELECTORS})
+        totals = network_totals(tables, suites, sorted(frame["dtype"].unique()))
         totals.to_csv(out_dir / "network_totals.csv", index=False)
         shown = totals[["network", "size", "dtype", "best_ms", *[f"{s}_vs_best" for s in SELECTORS]]].round(3)
         lines += [

@@ -43,12 +43,18 @@ _original_conv2d: Callable[..., torch.Tensor] = F.conv2d
 _state = threading.local()
 _counts: Counter[str] = Counter()
 #: Host time the hook adds per call over PyTorch's own conv call, in microseconds: below this recorded gain a
-#: candidate is not worth leaving PyTorch's path for. Measured by benchmarks/hook_bench.py on the H200.
-DEFAULT_MIN_GAIN_US = 20.0
+#: candidate is not worth leaving PyTorch's path for. benchmarks/hook_bench.py on the H200 (2026-11-30): a tiny
+#: float16 conv cost 90 us per call through the hook's cuDNN path against 33 us through F.conv2d (+57 us), and
+#: 69 us through its GEMM path against 18 us (+51 us).
+DEFAULT_MIN_GAIN_US = 60.0
 
 
 def stats() -> dict[str, int]:
-    """Calls per path: ``gemm``, ``cudnn``, ``pytorch:<reason>`` (pass-through), ``fallback:<error>``."""
+    """Calls per path: ``gemm``, ``cudnn``, ``pytorch:<reason>`` (pass-through), ``fallback:<error>``.
+
+    A convolution whose every needed direction passes through runs natively in PyTorch (no autograd Function);
+    its directions are counted at the forward call: one, or three where gradients are needed.
+    """
     return dict(_counts)
 
 
@@ -90,6 +96,10 @@ class Executor:
         self.max_workspace_bytes = max_workspace_bytes
         self._live = live
         self._plans: dict[ConvProblem, _Plan] = {}
+        self._routes: dict[tuple, str | None] = {}
+        self._native_reasons: dict[tuple, list[str]] = {}
+        self._problems: dict[tuple, ConvProblem] = {}
+        self._directions: dict[ConvProblem, dict[str, ConvProblem]] = {}
         self._cudnn = None
         self._dtypes = set(selector.manifest.get("dtypes", ("float32", "float16")))
 
@@ -110,32 +120,30 @@ class Executor:
         if problem.dtype not in self._dtypes:
             return _Plan(None, "pytorch:dtype not covered")
         live = device.type == "cuda" and self._live_ok()
-        space = None
-        if live:
-            from algosel.candidates.cudnn_engines import CudnnEngineSpace  # noqa: PLC0415
+        recorded = self.selector.is_recorded(problem)
+        # A recorded problem is ranked from its records (the same list cuDNN gives live, with no heuristic query);
+        # cuDNN is asked only when a config must be built, or for a problem never measured.
+        if recorded or not live:
+            choice = self.selector.choose(problem, self.max_workspace_bytes, top_k=1, live=False)[0]
+            reason = self._pass_through_reason(problem, choice)
+            if reason or choice.space == "gemm":
+                return _Plan(None if reason else _GemmRunner(problem), reason or "gemm")
+            if not live:
+                return _Plan(None, "pytorch:cudnn config needs the live GPU list")
+        from algosel.candidates.cudnn_engines import CudnnEngineSpace  # noqa: PLC0415
 
-            self._cudnn = self._cudnn or CudnnEngineSpace()
-            space = self._cudnn
+        self._cudnn = space = self._cudnn or CudnnEngineSpace()
+        try:
             try:
                 cands = space.enumerate(problem)
             except CandidateError:
                 cands = []
-            rows = [_row(c) for c in cands]
-            rows += _extra_rows(problem)
-            choices = self.selector.rank_rows(problem, rows, self.max_workspace_bytes)
-        else:
-            choices = self.selector.choose(problem, self.max_workspace_bytes, top_k=1, live=False)
-        try:
-            choice = choices[0]
-            if choice.space == "pytorch":
-                return _Plan(None, "pytorch:predicted best")
-            gain_us = self.selector.recorded_gain_us(problem, choice.candidate_id)
-            if gain_us is not None and gain_us < self.min_gain_us:
-                return _Plan(None, "pytorch:gain below hook overhead")
-            if choice.space == "gemm":
-                return _Plan(_GemmRunner(problem), "gemm")
-            if device.type != "cuda" or space is None:
-                return _Plan(None, "pytorch:cudnn config needs the live GPU list")
+            if not recorded:
+                rows = [_row(c) for c in cands] + _extra_rows(problem)
+                choice = self.selector.rank_rows(problem, rows, self.max_workspace_bytes)[0]
+                reason = self._pass_through_reason(problem, choice)
+                if reason or choice.space == "gemm":
+                    return _Plan(None if reason else _GemmRunner(problem), reason or "gemm")
             cand = next((c for c in cands if c.candidate_id == choice.candidate_id), None)
             if cand is None:
                 return _Plan(None, "pytorch:choice not in cuDNN's list")
@@ -145,8 +153,36 @@ class Executor:
                 _counts[f"fallback:build {exc.status}"] += 1
                 return _Plan(None, "pytorch:chosen config did not build")
         finally:
-            if space is not None:
-                space.release(problem)
+            space.release(problem)
+
+    def _pass_through_reason(self, problem: ConvProblem, choice) -> str:
+        if choice.space == "pytorch":
+            return "pytorch:predicted best"
+        gain_us = self.selector.recorded_gain_us(problem, choice.candidate_id)
+        if gain_us is not None and gain_us < self.min_gain_us:
+            return "pytorch:gain below hook overhead"
+        return ""
+
+    def directions_of(self, problem: ConvProblem) -> dict[str, ConvProblem]:
+        """The problem in each direction, built once (validating a problem costs microseconds per call)."""
+        dirs = self._directions.get(problem)
+        if dirs is None:
+            dirs = self._directions[problem] = {p.direction: p for p in problem.directions()}
+        return dirs
+
+    def route(self, key: tuple, problem: ConvProblem, device: torch.device, needs_grad: bool) -> str | None:
+        """``None`` if every direction the call needs passes through to PyTorch (then PyTorch runs it natively,
+        with no autograd Function or plan lookup on later calls), else the path of the forward. Memoised by
+        ``key``, which the caller builds from the call's arguments without validating a problem."""
+        route = self._routes.get(key, "")
+        if route != "":
+            return route
+        directions = problem.directions() if needs_grad else [problem]
+        plans = [self.plan(p, device) for p in directions]
+        route = None if all(p.runner is None for p in plans) else plans[0].path
+        self._routes[key] = route
+        self._native_reasons[key] = [p.path for p in plans]
+        return route
 
 
 def _row(c: Candidate) -> dict[str, Any]:
@@ -268,16 +304,26 @@ class _Conv2dFunction(torch.autograd.Function):
 
         def pytorch_grads(mask):
             return torch.ops.aten.convolution_backward(
-                grad_y, x, weight, None, list(args["stride"]), list(args["padding"]), list(args["dilation"]),
-                False, [0, 0], args["groups"], mask,
+                grad_y,
+                x,
+                weight,
+                None,
+                list(args["stride"]),
+                list(args["padding"]),
+                list(args["dilation"]),
+                False,
+                [0, 0],
+                args["groups"],
+                mask,
             )
 
+        dirs = ex.directions_of(problem)
         if need_x:
-            p = problem.replace(direction="bwd_data")
+            p = dirs["bwd_data"]
             dx = empty_like_layout(p.x_shape, p, x.device)
             gx = _run(ex, p, Operands(dx, weight, grad_y), lambda: pytorch_grads([True, False, False])[0])
         if need_w:
-            p = problem.replace(direction="bwd_filter")
+            p = dirs["bwd_filter"]
             dw = empty_like_layout(p.w_shape, p, x.device)
             gw = _run(ex, p, Operands(x, dw, grad_y), lambda: pytorch_grads([False, True, False])[1])
         if need_b and ctx.has_bias:
@@ -310,12 +356,24 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if x.dtype != w.dtype or (b is not None and b.dtype != x.dtype):
         _counts["pytorch:mixed dtypes"] += 1
         return _original_conv2d(x, w, b, stride, padding, dilation, groups)
-    problem, reason = _problem(x, w, stride, padding, dilation, groups)
-    if problem is None:
-        _counts[reason] += 1
+    needs_grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
+    nhwc = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    key = (x.shape, w.shape, stride, padding, dilation, groups, x.dtype, nhwc, needs_grad, x.device,
+           torch.backends.cudnn.allow_tf32)  # fmt: skip
+    route = ex._routes.get(key, "")
+    if route == "":  # first call with these arguments: build and validate the problem, plan its directions
+        problem, reason = _problem(x, w, stride, padding, dilation, groups)
+        if problem is None:
+            _counts[reason] += 1
+            return _original_conv2d(x, w, b, stride, padding, dilation, groups)
+        ex._problems[key] = problem
+        route = ex.route(key, problem, x.device, needs_grad)
+    if route is None:
+        for reason in ex._native_reasons[key]:
+            _counts[reason] += 1
         return _original_conv2d(x, w, b, stride, padding, dilation, groups)
     with torch.autocast(device_type, enabled=False):
-        return _Conv2dFunction.apply(x, w, b, problem, ex)
+        return _Conv2dFunction.apply(x, w, b, ex._problems[key], ex)
 
 
 # ------------------------------------------------------------------------------------------------ switches

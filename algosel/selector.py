@@ -248,6 +248,10 @@ class Selector:
         self._cache[key] = result
         return result
 
+    def is_recorded(self, problem: ConvProblem) -> bool:
+        """Whether the records this model ships with measured ``problem`` itself."""
+        return problem.key in self._by_problem
+
     def rank_rows(
         self, problem: ConvProblem, rows: list[dict[str, Any]], max_workspace_bytes: int | None = None
     ) -> list[Choice]:
