@@ -221,7 +221,9 @@ def main() -> None:
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             result = json.loads(lines[-1][7:]) if lines else {"error": proc.stderr[-2000:]}
             result["wall_s"] = round(time.perf_counter() - t0, 1)
-            return {"case": job[0], "mode": job[1], **result}
+            result = {"case": job[0], "mode": job[1], **result}
+            print(json.dumps(result), flush=True)  # as each job ends, so a cut-short run still reports
+            return result
         finally:
             free.append(gpu)
 
@@ -230,8 +232,6 @@ def main() -> None:
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
            "date": time.strftime("%Y-%m-%d")}  # fmt: skip
     Path(args.out).write_text(json.dumps({"environment": env, "results": results}, indent=1) + "\n")
-    for r in results:
-        print(json.dumps(r))
 
 
 if __name__ == "__main__":
