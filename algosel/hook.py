@@ -217,19 +217,22 @@ class _GemmRunner(PreparedCandidate):
 
 
 # ----------------------------------------------------------------------------------------- the Function
-def _torch_dtype_name(t: torch.Tensor) -> str | None:
-    if t.dtype == torch.float32:
+def _torch_dtype_name(dtype: torch.dtype) -> str | None:
+    if dtype == torch.float32:
         return "float32" if torch.backends.cudnn.allow_tf32 else "float32_strict"
-    return {torch.float16: "float16", torch.bfloat16: "bfloat16"}.get(t.dtype)
+    return {torch.float16: "float16", torch.bfloat16: "bfloat16"}.get(dtype)
 
 
 def _pair(v: Any) -> tuple[int, int]:
     return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[-1]))
 
 
-def _problem(x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, groups) -> tuple[ConvProblem | None, str]:
-    """The forward problem of a conv2d call, or None and why the hook does not handle it."""
-    dtype = _torch_dtype_name(x)
+def _problem(
+    x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, groups, compute_dtype: torch.dtype
+) -> tuple[ConvProblem | None, str]:
+    """The forward problem of a conv2d call computed in ``compute_dtype``, or None and why the hook does not
+    handle it."""
+    dtype = _torch_dtype_name(compute_dtype)
     if dtype is None:
         return None, "pytorch:dtype not covered"
     (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
@@ -348,21 +351,25 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         _counts["pytorch:not a plain 4-D conv"] += 1
         return _original_conv2d(x, w, b, stride, padding, dilation, groups)
     device_type = x.device.type
-    if torch.is_autocast_enabled(device_type):
-        # Autocast would lower conv2d to its fast dtype below F.conv2d; do the same cast here.
-        dt = torch.get_autocast_dtype(device_type)
-        x, w = x.to(dt), w.to(dt)
-        b = b.to(dt) if b is not None else None
-    if x.dtype != w.dtype or (b is not None and b.dtype != x.dtype):
+    # Under autocast, conv2d runs in autocast's dtype (float32 inputs are cast below F.conv2d). The problem is
+    # that dtype; the tensors are cast here only for the hook's own paths: PyTorch's native path gets them
+    # uncast, so that autocast casts them itself and reuses its cache of cast weights.
+    cast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+    def compute_dtype(t: torch.Tensor) -> torch.dtype:
+        return cast if cast is not None and t.dtype == torch.float32 else t.dtype
+
+    dtype = compute_dtype(x)
+    if dtype != compute_dtype(w) or (b is not None and compute_dtype(b) != dtype):
         _counts["pytorch:mixed dtypes"] += 1
         return _original_conv2d(x, w, b, stride, padding, dilation, groups)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
     nhwc = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
-    key = (x.shape, w.shape, stride, padding, dilation, groups, x.dtype, nhwc, needs_grad, x.device,
+    key = (x.shape, w.shape, stride, padding, dilation, groups, dtype, nhwc, needs_grad, x.device,
            torch.backends.cudnn.allow_tf32)  # fmt: skip
     route = ex._routes.get(key, "")
     if route == "":  # first call with these arguments: build and validate the problem, plan its directions
-        problem, reason = _problem(x, w, stride, padding, dilation, groups)
+        problem, reason = _problem(x, w, stride, padding, dilation, groups, dtype)
         if problem is None:
             _counts[reason] += 1
             return _original_conv2d(x, w, b, stride, padding, dilation, groups)
@@ -372,6 +379,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         for reason in ex._native_reasons[key]:
             _counts[reason] += 1
         return _original_conv2d(x, w, b, stride, padding, dilation, groups)
+    if cast is not None:
+        x, w = x.to(dtype), w.to(dtype)
+        b = b.to(dtype) if b is not None else None
     with torch.autocast(device_type, enabled=False):
         return _Conv2dFunction.apply(x, w, b, ex._problems[key], ex)
 

@@ -89,9 +89,22 @@ def test_autocast_lowers_the_inputs_like_pytorch(executor):
         with hook.enabled(executor):
             got = conv(x)
     assert got.dtype == ref.dtype == torch.bfloat16
-    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(got, ref, rtol=0, atol=0)  # PyTorch's own path, with autocast's own casts
     # The shipped model knows float32 and float16: the forward and both gradients stay with PyTorch.
     assert hook.stats() == {"pytorch:dtype not covered": 3}
+
+
+def test_autocast_to_a_covered_dtype_runs_the_hooks_path(executor):
+    conv = torch.nn.Conv2d(256, 512, 6)
+    x = torch.randn(64, 256, 6, 6)
+    with torch.autocast("cpu", dtype=torch.float16):
+        ref = conv(x)
+        with hook.enabled(executor):
+            got = conv(x)
+            got.float().sum().backward()
+    assert got.dtype == torch.float16 and conv.weight.grad.dtype == torch.float32
+    torch.testing.assert_close(got, ref, rtol=2e-2, atol=2e-2)
+    assert hook.stats().get("gemm") == 2  # forward and weight gradient (the input needs none)
 
 
 class _AlwaysGemm(hook.Executor):
