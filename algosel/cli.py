@@ -196,12 +196,12 @@ def cmd_train(args) -> int:
         progress=not args.no_progress,
         name=args.name,
     )
-    best = summary["tuning"][0]
+    best = next(row for row in summary["tuning"] if row.get("chosen", True))
     print(
         f"wrote {out} (trained on {summary['train_problems']} problems; final fit {summary['final_fit_seconds']} s, "
         f"{summary['total_seconds']} s in all)"
     )
-    print(f"chosen by {args.folds}-fold CV: " + ", ".join(f"{k}={v}" for k, v in best.items()))
+    print(f"chosen by {args.folds}-fold CV: " + ", ".join(f"{k}={v}" for k, v in best.items() if k != "chosen"))
     for sel, s in summary["test_scores"].items():
         print(f"  held-out {sel:16s} geomean {s['geomean']:.3f}  within 5% {100 * s['within_5pct']:.1f}%")
     return 0

@@ -10,6 +10,7 @@ is what a selector exists to avoid; ``predict`` filters by workspace where the r
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -140,26 +141,40 @@ def parse_knobs(knobs: str) -> dict[int, int]:
     return out
 
 
+@functools.lru_cache(maxsize=16384)
+def _knob_values(knobs: str) -> tuple[float, ...]:
+    parsed = parse_knobs(knobs)
+    return tuple(float(parsed[i]) if i in parsed else math.nan for i in KNOB_IDS)
+
+
+@functools.lru_cache(maxsize=1024)
+def _note_flags(notes: str) -> tuple[float, ...]:
+    present = set(notes.split(","))
+    return tuple(float(n in present) for n in BEHAVIOUR_NOTES)
+
+
+def _candidate_values(cand: Mapping[str, Any]) -> tuple[float, ...]:
+    space = cand["space"]
+    engine = _SPECIAL_ENGINE.get(cand["candidate_id"], int(cand["engine_id"]) if space == "cudnn" else 1003)
+    ra, rb, rf = cand["rank_a"], cand["rank_b"], cand["rank_fallback"]
+    return (
+        (float(SPACES.index(space) if space in SPACES else len(SPACES)), float(engine),
+         float(ra) if ra >= 0 else math.nan, float(rb) if rb >= 0 else math.nan, float(rf) if rf >= 0 else math.nan,
+         float(ra >= 0), float(rb >= 0))
+        + _knob_values(cand.get("knobs") or "")
+        + _note_flags(cand.get("notes") or "")
+    )  # fmt: skip
+
+
 def candidate_vector(cand: Mapping[str, Any]) -> np.ndarray:
     """The :data:`CANDIDATE_FEATURES` of one candidate (a record row or a mapping with the same keys:
     candidate_id, space, engine_id, knobs, rank_a, rank_b, rank_fallback, notes)."""
-    space = cand["space"]
-    engine = _SPECIAL_ENGINE.get(cand["candidate_id"], int(cand["engine_id"]) if space == "cudnn" else 1003)
-    ranks = [float(cand[r]) if cand[r] >= 0 else math.nan for r in ("rank_a", "rank_b", "rank_fallback")]
-    knobs = parse_knobs(cand.get("knobs") or "")
-    notes = set((cand.get("notes") or "").split(","))
-    return np.array(
-        [
-            SPACES.index(space) if space in SPACES else len(SPACES),
-            engine,
-            *ranks,
-            float(cand["rank_a"] >= 0),
-            float(cand["rank_b"] >= 0),
-        ]
-        + [float(knobs[i]) if i in knobs else math.nan for i in KNOB_IDS]
-        + [float(n in notes) for n in BEHAVIOUR_NOTES],
-        dtype=np.float64,
-    )
+    return np.array(_candidate_values(cand), dtype=np.float64)
+
+
+def candidate_matrix(cands: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """:func:`candidate_vector` of many candidates, as one array (one allocation: the prediction path)."""
+    return np.array([_candidate_values(c) for c in cands], dtype=np.float64).reshape(len(cands), -1)
 
 
 def hardware_vector(env: Mapping[str, Any]) -> np.ndarray:
@@ -170,7 +185,7 @@ def hardware_vector(env: Mapping[str, Any]) -> np.ndarray:
 def feature_matrix(problem: ConvProblem, candidates: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> np.ndarray:
     """Rows of :data:`FEATURE_NAMES` for one problem and its candidates (the prediction path)."""
     pv, hv = problem_vector(problem), hardware_vector(env)
-    cm = np.array([candidate_vector(c) for c in candidates], dtype=np.float64).reshape(len(candidates), -1)
+    cm = candidate_matrix(candidates)
     return np.hstack([np.tile(pv, (len(candidates), 1)), cm, np.tile(hv, (len(candidates), 1))])
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from algosel.candidates.gemm import gemm_kind
-from algosel.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, candidate_vector, hardware_vector, problem_vector
+from algosel.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, candidate_matrix, hardware_vector, problem_vector
 from algosel.problem import ConvProblem
 from algosel.ranker import Ranker, RankerParams
 
@@ -83,17 +83,35 @@ class Selector:
         self._cache: dict[tuple, list[Choice]] = {}
         self._matrices: dict[tuple, np.ndarray] = {}  # candidate feature rows per candidate list
         self._hardware = hardware_vector(self.environment)
-        cat = catalogue.copy()
+        # Rows of one problem are turned into dicts on first use: converting all of them costs seconds at load.
+        cat = catalogue.sort_values("problem_key", kind="stable").reset_index(drop=True)
         cat["notes"] = cat["notes"].fillna("")
         cat["knobs"] = cat["knobs"].fillna("")
-        self._by_problem = {k: g.to_dict("records") for k, g in cat.groupby("problem_key", sort=False)}
+        self._catalogue = cat
+        self._columns = list(cat.columns)
+        self._arrays = [cat[c].to_numpy(dtype=object) for c in self._columns]
+        keys, starts = np.unique(cat["problem_key"].to_numpy(), return_index=True)
+        ends = np.append(starts[1:], len(cat))
+        self._spans = {k: (int(a), int(b)) for k, a, b in zip(keys, starts, ends)}
+        self._rows_cache: dict[str, list[dict[str, Any]]] = {}
         self._nearest: dict[tuple, tuple[np.ndarray, list[str]]] = {}
         buckets: dict[tuple, list[tuple[np.ndarray, str]]] = {}
-        for key in self._by_problem:
+        for key in self._spans:
             p = ConvProblem.from_key(key)
             buckets.setdefault(_kind(p), []).append((self._position(p), key))
         for kind, items in buckets.items():
             self._nearest[kind] = (np.vstack([v for v, _ in items]), [k for _, k in items])
+
+    def _rows(self, key: str) -> list[dict[str, Any]] | None:
+        rows = self._rows_cache.get(key)
+        if rows is None:
+            span = self._spans.get(key)
+            if span is None:
+                return None
+            a, b = span
+            rows = [dict(zip(self._columns, values)) for values in zip(*(arr[a:b] for arr in self._arrays))]
+            self._rows_cache[key] = rows
+        return rows
 
     @staticmethod
     def _position(p: ConvProblem) -> np.ndarray:
@@ -106,8 +124,8 @@ class Selector:
         assert self.ranker.booster_ is not None
         self.ranker.booster_.save_model(str(directory / MODEL_FILE))
         (directory / MANIFEST_FILE).write_text(json.dumps(self.manifest, indent=2, sort_keys=True, default=str) + "\n")
-        rows = [r for rs in self._by_problem.values() for r in rs]
-        pd.DataFrame(rows, columns=_CATALOGUE_COLUMNS).to_parquet(directory / CATALOGUE_FILE, index=False)
+        cols = [c for c in _CATALOGUE_COLUMNS if c in self._catalogue]
+        self._catalogue[cols].to_parquet(directory / CATALOGUE_FILE, index=False)
         return directory
 
     @classmethod
@@ -177,7 +195,7 @@ class Selector:
                     )
                 space.release(problem)
             return rows, "live"
-        rows = self._by_problem.get(problem.key)
+        rows = self._rows(problem.key)
         if rows is not None:
             return rows, "records"
         bucket = self._nearest.get(_kind(problem))
@@ -188,7 +206,7 @@ class Selector:
             positions, keys = bucket
             nearest = keys[int(np.argmin(((positions - self._position(problem)) ** 2).sum(axis=1)))]
             rows, src = (
-                [dict(r, workspace_bytes=-1) for r in self._by_problem[nearest] if r["space"] == "cudnn"],
+                [dict(r, workspace_bytes=-1) for r in self._rows(nearest) if r["space"] == "cudnn"],
                 f"nearest:{nearest}",
             )
         kind = gemm_kind(problem)
@@ -250,7 +268,7 @@ class Selector:
 
     def is_recorded(self, problem: ConvProblem) -> bool:
         """Whether the records this model ships with measured ``problem`` itself."""
-        return problem.key in self._by_problem
+        return problem.key in self._spans
 
     def rank_rows(
         self, problem: ConvProblem, rows: list[dict[str, Any]], max_workspace_bytes: int | None = None
@@ -259,12 +277,18 @@ class Selector:
         return self._rank(problem, rows, "live", None, max_workspace_bytes, False, len(rows))
 
     def _rank(self, problem, all_rows, source, mkey, max_workspace_bytes, deterministic, top_k) -> list[Choice]:
-        matrix = self._matrices.get(mkey) if mkey is not None else None
-        if matrix is None:
-            matrix = np.vstack([candidate_vector(r) for r in all_rows])
+        # Features are built for the shortlist only (it depends on the list alone, so it is cached with it).
+        cached = self._matrices.get(mkey) if mkey is not None else None
+        if cached is None:
+            shortlist = self.manifest.get("shortlist_rank")
+            eligible = [i for i, r in enumerate(all_rows) if _on_shortlist(r, shortlist)]
+            cached = (eligible, candidate_matrix([all_rows[i] for i in eligible]))
             if mkey is not None:
-                self._matrices[mkey] = matrix
-        keep = [i for i, r in enumerate(all_rows) if self._allowed(r, problem, max_workspace_bytes, deterministic)]
+                self._matrices[mkey] = cached
+        eligible, matrix = cached
+        positions = [j for j, i in enumerate(eligible)
+                     if self._allowed(all_rows[i], problem, max_workspace_bytes, deterministic)]  # fmt: skip
+        keep = [eligible[j] for j in positions]
         if not keep:
             raise ValueError(
                 f"no candidate for {problem.key} satisfies the filters "
@@ -272,7 +296,7 @@ class Selector:
             )
         rows = [all_rows[i] for i in keep]
         n = len(keep)
-        X = np.hstack([np.tile(problem_vector(problem), (n, 1)), matrix[keep], np.tile(self._hardware, (n, 1))])
+        X = np.hstack([np.tile(problem_vector(problem), (n, 1)), matrix[positions], np.tile(self._hardware, (n, 1))])
         scores = self.ranker.score(X)
         order = np.argsort(-scores, kind="stable")[: max(1, top_k)]
         return [
@@ -291,7 +315,7 @@ class Selector:
     def recorded_gain_us(self, problem: ConvProblem, candidate_id: str) -> float | None:
         """Device time the candidate saves over PyTorch's default per call, where both were measured on this
         very problem; else None."""
-        rows = self._by_problem.get(problem.key)
+        rows = self._rows(problem.key)
         if not rows:
             return None
         times = {r["candidate_id"]: r.get("time_ms_median") for r in rows}
@@ -311,6 +335,13 @@ class Selector:
             notes = (row.get("notes") or "").split(",")
             return self.manifest.get("numeric_notes_recorded", False) and "nondeterministic" not in notes
         return True
+
+
+def _on_shortlist(row: Mapping[str, Any], shortlist_rank: int | None) -> bool:
+    """The selection rule of :func:`algosel.evaluate.shortlist_mask`, for one row."""
+    if shortlist_rank is None or row["space"] != "cudnn":
+        return True
+    return 0 <= row["rank_a"] < shortlist_rank or 0 <= row["rank_b"] < shortlist_rank
 
 
 def _check_environment(model_env: Mapping[str, Any], directory: Path, force: bool) -> None:

@@ -93,3 +93,32 @@ def test_cross_validation_predicts_every_problem_once_from_models_that_never_saw
     picks = cross_val_picks(prep, RankerParams(n_estimators=10), folds=3)
     assert sorted(picks.index) == sorted(prep.data["problem_key"].unique())
     assert picks.index.is_unique
+
+
+def test_shortlist_keeps_gemm_pytorch_and_the_top_of_either_heuristic_list():
+    from algosel.evaluate import shortlist_mask
+    from algosel.selector import _on_shortlist
+
+    data = pd.DataFrame(
+        [
+            {"space": "cudnn", "rank_a": 0, "rank_b": -1},
+            {"space": "cudnn", "rank_a": 9, "rank_b": 7},
+            {"space": "cudnn", "rank_a": 9, "rank_b": 8},
+            {"space": "cudnn", "rank_a": -1, "rank_b": -1},  # FALLBACK only
+            {"space": "gemm", "rank_a": -1, "rank_b": -1},
+            {"space": "pytorch", "rank_a": -1, "rank_b": -1},
+        ]
+    )
+    assert shortlist_mask(data, 8).tolist() == [True, True, False, False, True, True]
+    assert shortlist_mask(data, None).all()
+    assert [_on_shortlist(r, 8) for r in data.to_dict("records")] == shortlist_mask(data, 8).tolist()
+
+
+def test_an_invalid_candidate_off_the_shortlist_is_never_picked():
+    data = _frame([
+        {"problem_key": "p", "candidate_id": "deep", "time_ms_median": 0.5, "rank_a": 30, "rank_b": 30},
+        {"problem_key": "p", "candidate_id": "top", "time_ms_median": 1.0, "rank_a": 0, "rank_b": 0},
+    ])  # fmt: skip
+    picks = pick_times(data, np.array([9.0, 1.0]), shortlist_rank=8)
+    assert picks.loc["p", "model_candidate"] == "top"
+    assert pick_times(data, np.array([9.0, 1.0]), shortlist_rank=None).loc["p", "model_candidate"] == "deep"
