@@ -325,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="compare the model's picks with cuDNN's heuristics on held-out shapes")
     p.add_argument("--model", required=True, help="model directory")
     p.add_argument("--data", nargs="+", required=True, help="the records the model was trained and tested on")
-    p.add_argument("--out", default=None, help="directory for report.csv / report.json (default: the model's)")
+    p.add_argument("--out", default=None, help="directory for the report files (default: reports/<model name>)")
     p.add_argument("--no-lono", action="store_true", help="skip leave-one-network-out (it retrains per network)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_evaluate)

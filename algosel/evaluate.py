@@ -338,7 +338,8 @@ def run_evaluation(
         beats_baselines(comp).to_string(index=False),
     ]
     result: dict[str, Any] = {"test": comp.to_dict("records"), "test_problems": len(table)}
-    out_dir = Path(out or model_dir)
+    # Not the model directory by default: its committed report must not be overwritten by a partial run.
+    out_dir = Path(out) if out else Path("reports") / Path(model_dir).name
     out_dir.mkdir(parents=True, exist_ok=True)
     comp.to_csv(out_dir / "report.csv", index=False)
     if lono:

@@ -34,12 +34,13 @@ def test_train_evaluate_predict(tmp_path, capsys):
     model = tmp_path / "m"
     assert (model / "model.txt").is_file() and (model / "tuning.csv").is_file()
 
-    assert main(["evaluate", "--model", str(model), "--data", str(SLICE), "--no-progress"]) == 0
+    reports = tmp_path / "reports"
+    assert main(["evaluate", "--model", str(model), "--data", str(SLICE), "--out", str(reports), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "Held-out shapes" in out and "Leave one network out" in out and "Whole networks" in out
-    report = json.loads((model / "report.json").read_text())
+    report = json.loads((reports / "report.json").read_text())
     assert {"test", "lono", "network_totals"} <= set(report)
-    assert (model / "network_totals.csv").is_file()
+    assert (reports / "network_totals.csv").is_file() and (reports / "report.csv").is_file()
 
     assert (
         main(
