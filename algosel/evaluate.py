@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from algosel.analysis import comparison_table, per_problem
 from algosel.features import frame_features
-from algosel.problem import ConvProblem
+from algosel.problem import SHAPE_FIELDS, ConvProblem
 from algosel.ranker import Ranker, RankerParams, with_ratios
 
 SELECTORS = ("model", "heuristic_a", "heuristic_b", "pytorch_default", "gemm_else_a")
@@ -188,25 +188,7 @@ def network_totals(tables: Mapping[str, pd.DataFrame], suites: pd.DataFrame, dty
             totals = dict.fromkeys(("best", *SELECTORS), 0.0)
             missing = 0
             for i, layer in enumerate(layers.to_dict("records")):
-                fields = {
-                    f: layer[f]
-                    for f in (
-                        "n",
-                        "c",
-                        "k",
-                        "h",
-                        "w",
-                        "r",
-                        "s",
-                        "pad_h",
-                        "pad_w",
-                        "stride_h",
-                        "stride_w",
-                        "dilation_h",
-                        "dilation_w",
-                        "groups",
-                    )
-                }
+                fields = {f: int(layer[f]) for f in SHAPE_FIELDS}
                 p = ConvProblem(**fields, dtype=dtype, layout="nchw")
                 for q in p.directions():
                     if i == 0 and q.direction == "bwd_data" and network != "fpn":
@@ -243,25 +225,8 @@ def leave_one_network_out(
     parts = []
     for network, layers in tqdm(list(suites.groupby("network")), desc="leave one network out", disable=not progress):
         shapes = {
-            ConvProblem(**{f: int(v) for f, v in row.items()}, dtype="float32").shape_key
-            for row in layers[
-                [
-                    "n",
-                    "c",
-                    "k",
-                    "h",
-                    "w",
-                    "r",
-                    "s",
-                    "pad_h",
-                    "pad_w",
-                    "stride_h",
-                    "stride_w",
-                    "dilation_h",
-                    "dilation_w",
-                    "groups",
-                ]
-            ].to_dict("records")
+            ConvProblem(**{f: int(row[f]) for f in SHAPE_FIELDS}, dtype="float32").shape_key
+            for row in layers.to_dict("records")
         }
         held = np.isin(prep.shape, list(shapes))
         if not held.any():

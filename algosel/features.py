@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from algosel.environment import HARDWARE_FIELDS
-from algosel.problem import DIRECTIONS, DTYPES, LAYOUTS, ConvProblem
+from algosel.problem import DIRECTIONS, DTYPES, LAYOUTS, SHAPE_FIELDS, ConvProblem
 
 #: Bump when the meaning or order of any column changes: a model is only valid for the schema it was trained on.
 FEATURE_SCHEMA_VERSION = 1
@@ -31,21 +31,7 @@ SPACES: tuple[str, ...] = ("cudnn", "gemm", "pytorch")
 _SPECIAL_ENGINE = {"gemm:fc": 1000, "gemm:pointwise": 1001, "pytorch:default": 1002}
 BEHAVIOUR_NOTES: tuple[str, ...] = ("runtime_compilation", "supports_cuda_graph_native_api")
 
-PROBLEM_FEATURES: tuple[str, ...] = (
-    "n",
-    "c",
-    "k",
-    "h",
-    "w",
-    "r",
-    "s",
-    "pad_h",
-    "pad_w",
-    "stride_h",
-    "stride_w",
-    "dilation_h",
-    "dilation_w",
-    "groups",
+PROBLEM_FEATURES: tuple[str, ...] = SHAPE_FIELDS + (
     "c_per_group",
     "k_per_group",
     "out_h",

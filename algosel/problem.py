@@ -30,7 +30,8 @@ DTYPE_BYTES: dict[str, int] = {"float32": 4, "float32_strict": 4, "float16": 2, 
 LAYOUTS: tuple[str, ...] = ("nchw", "nhwc")
 DIRECTIONS: tuple[str, ...] = ("fwd", "bwd_data", "bwd_filter")
 
-_INT_FIELDS = (
+#: The integer (shape) fields of :class:`ConvProblem`, in order.
+SHAPE_FIELDS: tuple[str, ...] = (
     "n",
     "c",
     "k",
@@ -103,7 +104,7 @@ class ConvProblem:
     direction: str = "fwd"
 
     def __post_init__(self) -> None:
-        for name in _INT_FIELDS:
+        for name in SHAPE_FIELDS:
             value = getattr(self, name)
             # bool is an int subclass; numpy integers are accepted and normalised to int.
             if isinstance(value, bool) or not hasattr(value, "__index__"):
@@ -274,7 +275,7 @@ class ConvProblem:
         if match is None:
             raise ValueError(f"not a problem key: {key!r}")
         fields: dict[str, Any] = match.groupdict()
-        return cls(**{f: (int(v) if f in _INT_FIELDS else v) for f, v in fields.items()})
+        return cls(**{f: (int(v) if f in SHAPE_FIELDS else v) for f, v in fields.items()})
 
     def replace(self, **changes: Any) -> ConvProblem:
         """A copy with some fields changed (validated again)."""

@@ -29,29 +29,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from algosel.problem import ConvProblem, same_padding
+from algosel.problem import SHAPE_FIELDS, ConvProblem, same_padding
 
 #: Where the committed suite CSVs live: the repository's ``data/suites``, found from the package location so
 #: it does not depend on the working directory.
 DEFAULT_SUITES_DIR: Path = Path(__file__).resolve().parent.parent / "data" / "suites"
 
 #: Shape fields recorded for each convolution call (the integer fields of :class:`ConvProblem`).
-LAYER_FIELDS: tuple[str, ...] = (
-    "n",
-    "c",
-    "k",
-    "h",
-    "w",
-    "r",
-    "s",
-    "pad_h",
-    "pad_w",
-    "stride_h",
-    "stride_w",
-    "dilation_h",
-    "dilation_w",
-    "groups",
-)
+LAYER_FIELDS: tuple[str, ...] = SHAPE_FIELDS
 #: Columns of a suite CSV / of :func:`extract_suite`'s frame, in order.
 SUITE_COLUMNS: tuple[str, ...] = ("network", "layer", *LAYER_FIELDS, "size")
 _TEXT_COLUMNS: tuple[str, ...] = ("network", "layer", "size")
