@@ -34,8 +34,9 @@ import torch.nn.functional as F
 
 from algosel.candidates.base import Candidate, CandidateError, PreparedCandidate
 from algosel.candidates.gemm import gemm_conv
-from algosel.operands import Operands, empty_like_layout
+from algosel.operands import Operands, conv_args, empty_like_layout, pytorch_direction
 from algosel.problem import ConvProblem
+from algosel.selector import candidate_row
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class Executor:
             except CandidateError:
                 cands = []
             if not recorded:
-                rows = [_row(c) for c in cands] + _extra_rows(problem)
+                rows = [candidate_row(c) for c in cands] + _extra_rows(problem)
                 choice = self.selector.rank_rows(problem, rows, self.max_workspace_bytes)[0]
                 reason = self._pass_through_reason(problem, choice)
                 if reason or choice.space == "gemm":
@@ -185,20 +186,11 @@ class Executor:
         return route
 
 
-def _row(c: Candidate) -> dict[str, Any]:
-    return {"candidate_id": c.candidate_id, "space": c.space, "engine_id": c.engine_id, "knobs": c.knobs,
-            "rank_a": c.rank_a, "rank_b": c.rank_b, "rank_fallback": c.rank_fallback, "notes": ",".join(c.notes),
-            "workspace_bytes": -1, "status": "ok"}  # fmt: skip
-
-
 def _extra_rows(problem: ConvProblem) -> list[dict[str, Any]]:
     from algosel.candidates.gemm import GemmSpace  # noqa: PLC0415
     from algosel.candidates.pytorch_default import PyTorchDefaultSpace  # noqa: PLC0415
 
-    rows = [_row(c) for c in GemmSpace().enumerate(problem) + PyTorchDefaultSpace().enumerate(problem)]
-    for r in rows:
-        r["workspace_bytes"] = 0
-    return rows
+    return [candidate_row(c, 0) for c in GemmSpace().enumerate(problem) + PyTorchDefaultSpace().enumerate(problem)]
 
 
 class _GemmRunner(PreparedCandidate):
@@ -280,7 +272,7 @@ class _Conv2dFunction(torch.autograd.Function):
         mf = torch.channels_last if problem.layout == "nhwc" else torch.contiguous_format
         x = x.contiguous(memory_format=mf)
         weight = weight.contiguous(memory_format=mf)
-        args = _conv_kwargs(problem)
+        args = conv_args(problem)
         ctx.save_for_backward(x, weight)
         ctx.problem, ctx.ex, ctx.has_bias = problem, ex, bias is not None
         y = empty_like_layout(problem.y_shape, problem, x.device)
@@ -301,42 +293,21 @@ class _Conv2dFunction(torch.autograd.Function):
         problem, ex = ctx.problem, ctx.ex
         mf = torch.channels_last if problem.layout == "nhwc" else torch.contiguous_format
         grad_y = grad_y.contiguous(memory_format=mf)
-        args = _conv_kwargs(problem)
         gx = gw = gb = None
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-
-        def pytorch_grads(mask):
-            return torch.ops.aten.convolution_backward(
-                grad_y,
-                x,
-                weight,
-                None,
-                list(args["stride"]),
-                list(args["padding"]),
-                list(args["dilation"]),
-                False,
-                [0, 0],
-                args["groups"],
-                mask,
-            )
 
         dirs = ex.directions_of(problem)
         if need_x:
             p = dirs["bwd_data"]
             dx = empty_like_layout(p.x_shape, p, x.device)
-            gx = _run(ex, p, Operands(dx, weight, grad_y), lambda: pytorch_grads([True, False, False])[0])
+            gx = _run(ex, p, Operands(dx, weight, grad_y), lambda: pytorch_direction(p, x, weight, grad_y))
         if need_w:
             p = dirs["bwd_filter"]
             dw = empty_like_layout(p.w_shape, p, x.device)
-            gw = _run(ex, p, Operands(x, dw, grad_y), lambda: pytorch_grads([False, True, False])[1])
+            gw = _run(ex, p, Operands(x, dw, grad_y), lambda: pytorch_direction(p, x, weight, grad_y))
         if need_b and ctx.has_bias:
             gb = grad_y.sum(dim=(0, 2, 3))
         return gx, gw, gb, None, None
-
-
-def _conv_kwargs(p: ConvProblem) -> dict[str, Any]:
-    return {"stride": (p.stride_h, p.stride_w), "padding": (p.pad_h, p.pad_w),
-            "dilation": (p.dilation_h, p.dilation_w), "groups": p.groups}  # fmt: skip
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002 - F.conv2d's names

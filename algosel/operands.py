@@ -90,12 +90,15 @@ def reference(problem: ConvProblem, ops: Operands, dtype: torch.dtype = torch.fl
     convolution kernels). Pass ``torch.float64`` for an exact reference on small problems.
     """
     x, w, y = (t.to(dtype) for t in (ops.x, ops.w, ops.y))
-    args = conv_args(problem)
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False, allow_tf32=False):
-        return _direction(problem, x, w, y, args)
+        return pytorch_direction(problem, x, w, y)
 
 
-def _direction(problem: ConvProblem, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, args: dict) -> torch.Tensor:
+def pytorch_direction(problem: ConvProblem, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The problem's direction through PyTorch's own entry points, as autograd calls them for a ``Conv2d``:
+    ``F.conv2d`` for ``fwd`` (reads x, w), ``aten.convolution_backward`` with one output for ``bwd_data``
+    (reads y as dy, and w) and ``bwd_filter`` (reads x and y as dy)."""
+    args = conv_args(problem)
     if problem.direction == "fwd":
         return F.conv2d(x, w, None, **args)
     mask = [problem.direction == "bwd_data", problem.direction == "bwd_filter", False]

@@ -27,6 +27,7 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
+from algosel.candidates.base import Candidate
 from algosel.candidates.gemm import gemm_kind
 from algosel.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, candidate_matrix, hardware_vector, problem_vector
 from algosel.problem import ConvProblem
@@ -178,21 +179,7 @@ class Selector:
             rows = []
             for name in ("gemm", "pytorch", "cudnn"):
                 space = make_space(name)
-                for c in space.enumerate(problem):
-                    rows.append(
-                        {
-                            "candidate_id": c.candidate_id,
-                            "space": c.space,
-                            "engine_id": c.engine_id,
-                            "knobs": c.knobs,
-                            "rank_a": c.rank_a,
-                            "rank_b": c.rank_b,
-                            "rank_fallback": c.rank_fallback,
-                            "notes": ",".join(c.notes),
-                            "workspace_bytes": -1,
-                            "status": "ok",
-                        }
-                    )
+                rows += [candidate_row(c) for c in space.enumerate(problem)]
                 space.release(problem)
             return rows, "live"
         rows = self._rows(problem.key)
@@ -211,34 +198,8 @@ class Selector:
             )
         kind = gemm_kind(problem)
         if kind is not None:
-            rows.append(
-                {
-                    "candidate_id": f"gemm:{kind}",
-                    "space": "gemm",
-                    "engine_id": -1,
-                    "knobs": "",
-                    "rank_a": -1,
-                    "rank_b": -1,
-                    "rank_fallback": -1,
-                    "notes": "",
-                    "workspace_bytes": 0,
-                    "status": "ok",
-                }
-            )
-        rows.append(
-            {
-                "candidate_id": "pytorch:default",
-                "space": "pytorch",
-                "engine_id": -1,
-                "knobs": "",
-                "rank_a": -1,
-                "rank_b": -1,
-                "rank_fallback": -1,
-                "notes": "",
-                "workspace_bytes": 0,
-                "status": "ok",
-            }
-        )
+            rows.append(candidate_row(Candidate("gemm", kind), workspace_bytes=0))
+        rows.append(candidate_row(Candidate("pytorch", "default"), workspace_bytes=0))
         return rows, src
 
     def choose(
@@ -335,6 +296,13 @@ class Selector:
             notes = (row.get("notes") or "").split(",")
             return self.manifest.get("numeric_notes_recorded", False) and "nondeterministic" not in notes
         return True
+
+
+def candidate_row(c: Candidate, workspace_bytes: int = -1) -> dict[str, Any]:
+    """A candidate as a catalogue row (``workspace_bytes`` -1: unknown until its plan is built)."""
+    return {"candidate_id": c.candidate_id, "space": c.space, "engine_id": c.engine_id, "knobs": c.knobs,
+            "rank_a": c.rank_a, "rank_b": c.rank_b, "rank_fallback": c.rank_fallback, "notes": ",".join(c.notes),
+            "workspace_bytes": workspace_bytes, "status": "ok"}  # fmt: skip
 
 
 def _on_shortlist(row: Mapping[str, Any], shortlist_rank: int | None) -> bool:

@@ -8,33 +8,15 @@ the plan per shape in the process).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from algosel.candidates.base import Candidate, CandidateSpace, PreparedCandidate
-from algosel.operands import Operands, conv_args
+from algosel.operands import Operands, pytorch_direction
 from algosel.problem import ConvProblem
 
 
 def pytorch_conv(problem: ConvProblem, ops: Operands) -> torch.Tensor:
     """Run the problem's direction through PyTorch's own convolution entry points."""
-    args = conv_args(problem)
-    if problem.direction == "fwd":
-        return F.conv2d(ops.x, ops.w, None, **args)
-    bwd_data = problem.direction == "bwd_data"
-    grads = torch.ops.aten.convolution_backward(
-        ops.y,
-        ops.x,
-        ops.w,
-        None,
-        list(args["stride"]),
-        list(args["padding"]),
-        list(args["dilation"]),
-        False,
-        [0, 0],
-        args["groups"],
-        [bwd_data, not bwd_data, False],
-    )
-    return grads[0] if bwd_data else grads[1]
+    return pytorch_direction(problem, ops.x, ops.w, ops.y)
 
 
 class _PreparedDefault(PreparedCandidate):
