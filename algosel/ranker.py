@@ -12,9 +12,8 @@ a large regression target), so the model learns to rank it last.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import lightgbm as lgb
@@ -133,12 +132,6 @@ class Ranker:
         raw = self.booster_.predict(X, num_threads=1)
         return raw if self.params.objective == "lambdarank" else -raw
 
-    def score_frame(self, frame: pd.DataFrame, envs: Mapping[str, Mapping[str, Any]]) -> np.ndarray:
-        return self.score(frame_features(frame, envs))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self.params)
-
 
 def fingerprint(frame: pd.DataFrame) -> str:
     """A hash of what a model was trained on (problems, candidates, statuses and times)."""
@@ -150,7 +143,3 @@ def fingerprint(frame: pd.DataFrame) -> str:
     h = hashlib.blake2b(digest_size=10)
     h.update(pd.util.hash_pandas_object(cols, index=False).to_numpy().tobytes())
     return h.hexdigest()
-
-
-def finite_or_none(value: float) -> float | None:
-    return None if value is None or not math.isfinite(value) else float(value)
