@@ -15,6 +15,7 @@ through a :class:`~algosel.records.Journal` so a killed sweep loses at most the 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -158,23 +159,17 @@ class Sweeper:
         return rows
 
     def _measure_candidate(self, space, problem, source, cand, opsets, ref, best_ms) -> dict[str, Any]:
-        env = self.environment["env_id"]
+        row = functools.partial(_row, problem, source, cand, self.environment["env_id"])
         try:
             prepared = space.prepare(problem, cand)
         except CandidateError as exc:
-            return _row(problem, source, cand, env, status=exc.status, reason=exc.reason)
+            return row(status=exc.status, reason=exc.reason)
         workspace = int(prepared.workspace_bytes)
+        row = functools.partial(row, workspace_bytes=workspace)
         try:
             if workspace > self.workspace_limit_bytes:
-                return _row(
-                    problem,
-                    source,
-                    cand,
-                    env,
-                    status="workspace_exceeded",
-                    workspace_bytes=workspace,
-                    reason=f"needs {workspace} bytes, limit {self.workspace_limit_bytes}",
-                )
+                reason = f"needs {workspace} bytes, limit {self.workspace_limit_bytes}"
+                return row(status="workspace_exceeded", reason=reason)
             # Poison the output so that elements the candidate fails to write cannot pass the check.
             _output_of(problem, opsets[0]).fill_(math.nan)
             try:
@@ -182,45 +177,16 @@ class Sweeper:
                 self._sync()
                 err = relative_error(out, ref)
             except (RuntimeError, CandidateError, torch.cuda.OutOfMemoryError) as exc:
-                return _row(
-                    problem,
-                    source,
-                    cand,
-                    env,
-                    status="run_failed",
-                    workspace_bytes=workspace,
-                    reason=f"{type(exc).__name__}: {exc}"[:500],
-                )
-            if not err <= TOLERANCE[problem.dtype]:
-                limit = TOLERANCE[problem.dtype]
-                return _row(
-                    problem,
-                    source,
-                    cand,
-                    env,
-                    status="wrong_result",
-                    workspace_bytes=workspace,
-                    max_rel_error=err,
-                    reason=f"relative error {err:.3g} > {limit:g}",
-                )
+                return row(status="run_failed", reason=f"{type(exc).__name__}: {exc}"[:500])
+            limit = TOLERANCE[problem.dtype]
+            if not err <= limit:
+                return row(status="wrong_result", max_rel_error=err, reason=f"relative error {err:.3g} > {limit:g}")
             try:
                 m = self.timer.measure(lambda i: prepared.run(opsets[i % len(opsets)]), cand.candidate_id, best_ms)
             except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
-                return _row(
-                    problem,
-                    source,
-                    cand,
-                    env,
-                    status="run_failed",
-                    workspace_bytes=workspace,
-                    max_rel_error=err,
-                    reason=f"while timing: {type(exc).__name__}: {exc}"[:500],
-                )
-            return _row(
-                problem,
-                source,
-                cand,
-                env,
+                reason = f"while timing: {type(exc).__name__}: {exc}"[:500]
+                return row(status="run_failed", max_rel_error=err, reason=reason)
+            return row(
                 time_ms_median=m.median_ms,
                 time_ms_p25=m.p25_ms,
                 time_ms_p75=m.p75_ms,
@@ -228,7 +194,6 @@ class Sweeper:
                 repeats=m.repeats,
                 starved=m.starved,
                 host_overhead_us=m.host_overhead_us,
-                workspace_bytes=workspace,
                 max_rel_error=err,
             )
         finally:
