@@ -2,7 +2,7 @@
 
     python benchmarks/sweep_cost.py [--grid 20]
 
-Prints, per problem: candidates enumerated, seconds to enumerate (heuristic queries and note probes), to prepare
+Prints, per problem: candidates enumerated, seconds to enumerate (heuristic queries), to prepare
 (build) every plan, and to measure the whole problem; then the sweep rate over the first ``--grid`` grid cases.
 Use it to size ``algosel sweep --time-budget-s`` chunks.
 """
@@ -41,15 +41,10 @@ def main() -> None:
     timer = CudaEventTimer()
     for label, fwd in PROBLEMS.items():
         for problem in fwd.directions():
-            t_enum = {}
-            for notes in ((), ("nondeterministic", "tensor_core", "down_convert_inputs")):
-                space = CudnnEngineSpace(notes=notes)
-                t0 = time.perf_counter()
-                cands = space.enumerate(problem)
-                t_enum[len(notes)] = time.perf_counter() - t0
-                space.release(problem)
+            space = CudnnEngineSpace()
             t0 = time.perf_counter()
             cands = space.enumerate(problem)
+            t_enum = time.perf_counter() - t0
             built = 0
             for c in cands:
                 try:
@@ -57,7 +52,7 @@ def main() -> None:
                     built += 1
                 except Exception as exc:  # noqa: BLE001
                     print("   build failed", c.name, exc)
-            t_build = time.perf_counter() - t0 - t_enum[3]
+            t_build = time.perf_counter() - t0 - t_enum
             space.release(problem)
             note_count = collections.Counter(n for c in cands for n in c.notes)
             sweeper = Sweeper([make_space(n) for n in ("cudnn", "gemm", "pytorch")], timer, env)
@@ -70,7 +65,7 @@ def main() -> None:
             pt = [r for r in ok if r["space"] == "pytorch"]
             print(
                 f"{label:18s} {problem.direction:10s} cands={len(cands):3d} built={built:3d} "
-                f"enum={t_enum[0]:.3f}s enum+notes={t_enum[3]:.3f}s build={t_build:.3f}s measure={t_all:.2f}s "
+                f"enum={t_enum:.3f}s build={t_build:.3f}s measure={t_all:.2f}s "
                 f"best={best['candidate_id']} {best['time_ms_median']:.4f}ms "
                 f"A0={a0[0]['time_ms_median'] / best['time_ms_median'] if a0 else float('nan'):.2f}x "
                 f"torch={pt[0]['time_ms_median'] / best['time_ms_median'] if pt else float('nan'):.2f}x "

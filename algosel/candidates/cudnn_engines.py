@@ -6,8 +6,10 @@ records its rank in every list; rank 0 of mode A is what cuDNN's heuristic would
 
 One operation graph is built per heuristic mode (planning is one-shot per graph in the frontend), and each
 candidate is built and executed from the graph of the first mode that lists it, so enumerating costs three
-heuristic queries and preparing builds exactly one plan. Numerical notes (``nondeterministic``,
-``tensor_core``...) are read by planning a graph with one note deselected and asking which plans are barred.
+heuristic queries and preparing builds exactly one plan. Behaviour notes (``runtime_compilation``...) are
+recorded per candidate. Numerical notes (``nondeterministic``, ``tensor_core``...) are not: frontend 1.32 offers
+them only as filters, and the barred state of a filtered backend plan is not visible from Python
+(``check_support_at_index`` is not bound; seen on the H200, 2026-11-30).
 """
 
 from __future__ import annotations
@@ -23,10 +25,6 @@ from algosel.operands import Operands, empty_like_layout
 from algosel.problem import ConvProblem
 
 _MODES = ("a", "b", "fallback")
-#: Numerical notes read for every candidate. Each costs one extra heuristic query per problem. Off by default:
-#: with frontend 1.32 the barred state is not visible through ``check_support_at_index`` (every call raised on
-#: the H200, 2026-11-30), so the probe finds nothing; behaviour notes are read directly and always recorded.
-DEFAULT_NOTES: tuple[str, ...] = ()
 #: Notes a ``float32_strict`` problem deselects: they mean TF32 (or lower) math, as PyTorch filters them.
 _STRICT_FP32_EXCLUDED = ("tensor_core", "down_convert_inputs")
 _NAME_RE = re.compile(r"^eng(\d+)(?:_(.*))?$")
@@ -86,18 +84,11 @@ class _PreparedEngine(PreparedCandidate):
 
 
 class CudnnEngineSpace(CandidateSpace):
-    """Every engine config cuDNN's graph API offers for a problem (see the module docstring).
-
-    Parameters
-    ----------
-    notes : tuple of str
-        Numerical notes to read for each candidate (names of ``cudnn.numerical_note`` in lower case).
-    """
+    """Every engine config cuDNN's graph API offers for a problem (see the module docstring)."""
 
     name = "cudnn"
 
-    def __init__(self, notes: tuple[str, ...] = DEFAULT_NOTES):
-        self.notes = tuple(notes)
+    def __init__(self):
         self._handle = None
         self._state: dict[str, _ProblemState] = {}
 
@@ -118,7 +109,7 @@ class CudnnEngineSpace(CandidateSpace):
         return self._handle
 
     # ----------------------------------------------------------------------------------------- graphs
-    def _graph(self, problem: ConvProblem, modes: list[str], deselect: tuple[str, ...] = ()) -> _ModeGraph:
+    def _graph(self, problem: ConvProblem, modes: list[str]) -> _ModeGraph:
         cudnn = _cudnn()
         io = {"float16": cudnn.data_type.HALF, "bfloat16": cudnn.data_type.BFLOAT16}.get(
             problem.dtype, cudnn.data_type.FLOAT
@@ -160,24 +151,11 @@ class CudnnEngineSpace(CandidateSpace):
         out.set_data_type(io)
         g.validate()
         g.build_operation_graph()
-        excluded = set(deselect) | (set(_STRICT_FP32_EXCLUDED) if problem.dtype == "float32_strict" else set())
-        if excluded:
-            g.deselect_numeric_notes([getattr(cudnn.numerical_note, n.upper()) for n in sorted(excluded)])
+        if problem.dtype == "float32_strict":
+            g.deselect_numeric_notes([getattr(cudnn.numerical_note, n.upper()) for n in _STRICT_FP32_EXCLUDED])
         g.create_execution_plans([getattr(cudnn.heur_mode, m.upper()) for m in modes])
         names = [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())]
         return _ModeGraph(graph=g, tensors={"x": x, "w": w, "y": y}, names=names)
-
-    def _supported_names(self, mg: _ModeGraph) -> set[str]:
-        """Names of the plans of ``mg`` that a note filter did not bar (the backend's own plan list)."""
-        lowered = mg.graph._lowered_graph  # the C++ graph: the only place the barred state is visible
-        supported = set()
-        for j in range(lowered.get_execution_plan_count()):
-            try:
-                lowered.check_support_at_index(j)
-            except Exception:  # noqa: BLE001,S112 - barred (or unsupported): not counted
-                continue
-            supported.add(lowered.get_plan_name_at_index(j))
-        return supported
 
     def enumerate(self, problem: ConvProblem) -> list[Candidate]:
         state = _ProblemState()
@@ -197,16 +175,6 @@ class CudnnEngineSpace(CandidateSpace):
             raise CandidateError("build_failed", "no heuristic mode offered an engine config: " + "; ".join(errors))
 
         notes: dict[str, list[str]] = {name: [] for name in state.where}
-        if self.notes:
-            everyone = self._supported_names(self._graph(problem, list(_MODES)))
-            for note in self.notes:
-                try:
-                    kept = self._supported_names(self._graph(problem, list(_MODES), deselect=(note,)))
-                except Exception:  # noqa: BLE001 - every config has the note: the filtered graph has no plan
-                    kept = set()
-                for name in everyone - kept:
-                    if name in notes:
-                        notes[name].append(note)
         for name, (mode, index) in state.where.items():
             try:
                 behaviour = state.graphs[mode].graph.get_behavior_notes_for_plan_at_index(index)
