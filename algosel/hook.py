@@ -36,7 +36,7 @@ from algosel.candidates.base import Candidate, CandidateError, PreparedCandidate
 from algosel.candidates.gemm import gemm_conv
 from algosel.operands import Operands, conv_args, empty_like_layout, pytorch_direction
 from algosel.problem import ConvProblem
-from algosel.selector import candidate_row
+from algosel.selector import candidate_row, fixed_rows
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class Executor:
             except CandidateError:
                 cands = []
             if not recorded:
-                rows = [candidate_row(c) for c in cands] + _extra_rows(problem)
+                rows = [candidate_row(c) for c in cands] + fixed_rows(problem)
                 choice = self.selector.rank_rows(problem, rows, self.max_workspace_bytes)[0]
                 reason = self._pass_through_reason(problem, choice)
                 if reason or choice.space == "gemm":
@@ -184,13 +184,6 @@ class Executor:
         self._routes[key] = route
         self._native_reasons[key] = [p.path for p in plans]
         return route
-
-
-def _extra_rows(problem: ConvProblem) -> list[dict[str, Any]]:
-    from algosel.candidates.gemm import GemmSpace  # noqa: PLC0415
-    from algosel.candidates.pytorch_default import PyTorchDefaultSpace  # noqa: PLC0415
-
-    return [candidate_row(c, 0) for c in GemmSpace().enumerate(problem) + PyTorchDefaultSpace().enumerate(problem)]
 
 
 class _GemmRunner(PreparedCandidate):

@@ -196,10 +196,7 @@ class Selector:
                 [dict(r, workspace_bytes=-1) for r in self._rows(nearest) if r["space"] == "cudnn"],
                 f"nearest:{nearest}",
             )
-        kind = gemm_kind(problem)
-        if kind is not None:
-            rows.append(candidate_row(Candidate("gemm", kind), workspace_bytes=0))
-        rows.append(candidate_row(Candidate("pytorch", "default"), workspace_bytes=0))
+        rows += fixed_rows(problem)
         return rows, src
 
     def choose(
@@ -303,6 +300,13 @@ def candidate_row(c: Candidate, workspace_bytes: int = -1) -> dict[str, Any]:
     return {"candidate_id": c.candidate_id, "space": c.space, "engine_id": c.engine_id, "knobs": c.knobs,
             "rank_a": c.rank_a, "rank_b": c.rank_b, "rank_fallback": c.rank_fallback, "notes": ",".join(c.notes),
             "workspace_bytes": workspace_bytes, "status": "ok"}  # fmt: skip
+
+
+def fixed_rows(problem: ConvProblem) -> list[dict[str, Any]]:
+    """The candidates outside cuDNN's lists: GEMM lowering where the math allows, and PyTorch's default."""
+    kind = gemm_kind(problem)
+    rows = [] if kind is None else [candidate_row(Candidate("gemm", kind), workspace_bytes=0)]
+    return rows + [candidate_row(Candidate("pytorch", "default"), workspace_bytes=0)]
 
 
 def _on_shortlist(row: Mapping[str, Any], shortlist_rank: int | None) -> bool:
