@@ -20,9 +20,14 @@ import pandas as pd
 WITHIN = 1.05  # "within 5% of best"
 
 
+def ok_mask(frame: pd.DataFrame) -> pd.Series:
+    """Which rows are candidates that ran correctly and were timed."""
+    return (frame["status"] == "ok") & frame["time_ms_median"].notna()
+
+
 def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows of candidates that ran correctly and were timed."""
-    return frame[(frame["status"] == "ok") & frame["time_ms_median"].notna()]
+    return frame[ok_mask(frame)]
 
 
 def _first_by_rank(ok: pd.DataFrame, column: str) -> pd.Series:

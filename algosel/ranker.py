@@ -20,6 +20,7 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
+from algosel.analysis import ok_mask
 from algosel.features import CATEGORICAL_FEATURES, FEATURE_NAMES, frame_features
 
 #: Relevance of the best candidate; each 5% slower loses ~1.4 grades (20 per doubling), 0 at 1.68x and beyond.
@@ -38,7 +39,7 @@ def relevance(ratio: np.ndarray) -> np.ndarray:
 def with_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     """Records sorted by problem (groups contiguous, as LightGBM's ranking needs), with ``ratio`` = time / best
     (``inf`` for failures). Problems without any correct candidate are dropped: nothing can be learnt there."""
-    ok = (frame["status"] == "ok") & frame["time_ms_median"].notna()
+    ok = ok_mask(frame)
     best = frame["time_ms_median"].where(ok).groupby(frame["problem_key"]).transform("min")
     out = frame.assign(ratio=np.where(ok, frame["time_ms_median"] / best, np.inf))
     out = out[best.notna()]
