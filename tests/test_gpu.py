@@ -79,6 +79,60 @@ def test_pytorch_default_correct_on_gpu(shape, direction):
     assert _check_space("pytorch", problem) == (1, 1)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float32_strict"])
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("shape", SHAPES, ids=["3x3", "depthwise", "odd", "fc", "pointwise"])
+def test_legacy_algorithms_run_correctly(shape, dtype, direction, layout):
+    """Every legacy (algorithm, math type) pair that builds computes the reference result; the v7 heuristic's
+    first choice builds."""
+    from algosel.candidates.base import CandidateError
+    from algosel.candidates.cudnn_legacy import ALGOS, DTYPE_MATH, algo_enum_name
+
+    problem = ConvProblem(**shape, dtype=dtype, layout=layout, direction=direction)
+    space = make_space("legacy")
+    assert space.available() is None
+    with math_mode(problem):
+        ops = make_operands(problem, "cuda", torch.Generator("cuda").manual_seed(1))
+        ref = reference(problem, ops)
+        candidates = space.enumerate(problem)
+        assert len(candidates) >= len(ALGOS[direction]) * len(DTYPE_MATH[dtype])
+        assert candidates[0].rank_a == 0, "the v7 heuristic listed at least one algorithm"
+        built, errors = 0, {}
+        for cand in candidates:
+            assert algo_enum_name(direction, cand.engine_id).endswith(cand.name.split(".")[0])
+            try:
+                prepared = space.prepare(problem, cand)
+            except CandidateError as exc:
+                assert exc.status == "build_failed"
+                assert cand.rank_a != 0, f"v7's first choice {cand.name} does not build: {exc.reason}"
+                continue
+            built += 1
+            out = prepared.run(ops)
+            torch.cuda.synchronize()
+            errors[cand.name] = relative_error(out, ref)
+            prepared.close()
+    assert built >= 1
+    wrong = {n: e for n, e in errors.items() if not e <= TOLERANCE[dtype]}
+    assert not wrong, f"legacy algorithms off the reference: {wrong}"
+
+
+def test_legacy_sweep_records_the_v7_heuristic(tmp_path):
+    from algosel.analysis import per_problem
+    from algosel.environment import collect_environment
+    from algosel.records import load_records
+    from algosel.sweep import SweepCase, Sweeper, run_sweep
+    from algosel.timing import CudaEventTimer
+
+    cases = [SweepCase(ConvProblem(**SHAPES[0], dtype="float16", layout="nhwc"), "test")]
+    sweeper = Sweeper([make_space("legacy")], CudaEventTimer(budget_ms=2), collect_environment())
+    assert run_sweep(cases, sweeper, tmp_path, progress=False).measured == 1
+    frame, _ = load_records(tmp_path)
+    assert set(frame["space"]) == {"legacy"} and (frame["rank_a"] == 0).sum() == 3
+    table = per_problem(frame)
+    assert (table["heuristic_a"] >= table["best"]).all() and table["heuristic_a"].notna().all()
+
+
 def test_timer_sees_device_time_not_host_time():
     from algosel.timing import CudaEventTimer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from algosel.candidates.base import Candidate, CandidateError, CandidateSpace, PreparedCandidate
 
 #: Space names accepted by :func:`make_space` (and ``algosel sweep --spaces``).
-SPACE_NAMES: tuple[str, ...] = ("cudnn", "gemm", "pytorch")
+SPACE_NAMES: tuple[str, ...] = ("cudnn", "gemm", "pytorch", "legacy")
 
 
 def make_space(name: str) -> CandidateSpace:
@@ -22,6 +22,10 @@ def make_space(name: str) -> CandidateSpace:
         from algosel.candidates.pytorch_default import PyTorchDefaultSpace
 
         return PyTorchDefaultSpace()
+    if name == "legacy":
+        from algosel.candidates.cudnn_legacy import CudnnLegacySpace
+
+        return CudnnLegacySpace()
     raise ValueError(f"candidate space must be one of {', '.join(SPACE_NAMES)}; got {name!r}")
 
 
