@@ -56,11 +56,32 @@ def stats() -> dict[str, int]:
     A convolution whose every needed direction passes through runs natively in PyTorch (no autograd Function);
     its directions are counted at the forward call: one, or three where gradients are needed.
     """
-    return dict(_counts)
+    total = Counter(_counts)
+    for route in _native_routes:
+        for reason in route.reasons:
+            total[reason] += route.calls
+    return dict(+total)
 
 
 def reset_stats() -> None:
     _counts.clear()
+    for route in _native_routes:
+        route.calls = 0
+
+
+@dataclass
+class _Route:
+    """What one call signature (shapes, strides, dtypes, geometry, grad and autocast state) does: ``problem`` runs
+    through the autograd Function, or ``problem is None`` and the call goes natively to PyTorch, its directions
+    counted under ``reasons`` (counted per call here, expanded by :func:`stats`, to keep the native path cheap)."""
+
+    problem: ConvProblem | None
+    reasons: tuple[str, ...] = ()
+    calls: int = 0
+
+
+#: Native routes of every executor (their call counts feed :func:`stats`).
+_native_routes: list[_Route] = []
 
 
 # ------------------------------------------------------------------------------------------------ executors
@@ -97,9 +118,7 @@ class Executor:
         self.max_workspace_bytes = max_workspace_bytes
         self._live = live
         self._plans: dict[ConvProblem, _Plan] = {}
-        self._routes: dict[tuple, str | None] = {}
-        self._native_reasons: dict[tuple, list[str]] = {}
-        self._problems: dict[tuple, ConvProblem] = {}
+        self._routes: dict[tuple, _Route] = {}
         self._directions: dict[ConvProblem, dict[str, ConvProblem]] = {}
         self._cudnn = None
         self._dtypes = set(selector.manifest.get("dtypes", ("float32", "float16")))
@@ -171,18 +190,20 @@ class Executor:
             dirs = self._directions[problem] = {p.direction: p for p in problem.directions()}
         return dirs
 
-    def route(self, key: tuple, problem: ConvProblem, device: torch.device, needs_grad: bool) -> str | None:
-        """``None`` if every direction the call needs passes through to PyTorch (then PyTorch runs it natively,
-        with no autograd Function or plan lookup on later calls), else the path of the forward. Memoised by
+    def route(self, key: tuple, problem: ConvProblem, device: torch.device, needs_grad: bool) -> _Route:
+        """How calls with signature ``key`` run: natively in PyTorch when every direction the call needs passes
+        through (no autograd Function or plan lookup on later calls), else through the Function. Memoised by
         ``key``, which the caller builds from the call's arguments without validating a problem."""
-        route = self._routes.get(key, "")
-        if route != "":
-            return route
-        directions = problem.directions() if needs_grad else [problem]
-        plans = [self.plan(p, device) for p in directions]
-        route = None if all(p.runner is None for p in plans) else plans[0].path
-        self._routes[key] = route
-        self._native_reasons[key] = [p.path for p in plans]
+        route = self._routes.get(key)
+        if route is None:
+            directions = problem.directions() if needs_grad else [problem]
+            plans = [self.plan(p, device) for p in directions]
+            if all(p.runner is None for p in plans):
+                route = _Route(None, tuple(p.path for p in plans))
+                _native_routes.append(route)
+            else:
+                route = _Route(problem)
+            self._routes[key] = route
         return route
 
 
@@ -191,12 +212,15 @@ class _GemmRunner(PreparedCandidate):
         self.problem = problem
         self.candidate = Candidate("gemm", "lowering")
 
-    def run(self, ops: Operands) -> torch.Tensor:
+    def run(self, ops: Operands, bias: torch.Tensor | None = None) -> torch.Tensor:
+        a, b = ops.inputs(self.problem.direction)
+        if self.problem.dtype not in ("float32", "float32_strict"):
+            return gemm_conv(self.problem, a, b, bias)
         # The math mode the sweep measured: TF32 follows the conv's setting (cudnn.allow_tf32), not matmul's.
         matmul = torch.backends.cuda.matmul
         saved, matmul.allow_tf32 = matmul.allow_tf32, self.problem.dtype == "float32"
         try:
-            return gemm_conv(self.problem, *ops.inputs(self.problem.direction))
+            return gemm_conv(self.problem, a, b, bias)
         finally:
             matmul.allow_tf32 = saved
 
@@ -243,13 +267,27 @@ def _problem(
     return p, ""
 
 
-def _run(ex: Executor, problem: ConvProblem, ops: Operands, fallback: Callable[[], torch.Tensor]) -> torch.Tensor:
-    plan = ex.plan(problem, ops.x.device)
+def _run(ex: Executor, problem: ConvProblem, ops: Operands, fallback: Callable[[], torch.Tensor],
+         bias: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """Run ``problem``'s plan on ``ops`` (whose output slot is allocated here, only for a cuDNN plan, which writes
+    into it); ``bias`` is added (fused into the GEMM where the lowering allows). ``fallback`` (PyTorch, bias
+    included) runs on pass-through and on failure."""
+    plan = ex.plan(problem, ops.x.device if ops.x is not None else ops.y.device)
     if plan.runner is None:
         _counts[plan.path] += 1
         return fallback()
     try:
-        out = plan.runner.run(ops)
+        if isinstance(plan.runner, _GemmRunner):
+            out = plan.runner.run(ops, bias)
+        else:
+            d = problem.direction
+            role = "y" if d == "fwd" else "x" if d == "bwd_data" else "w"
+            shape = problem.y_shape if d == "fwd" else problem.x_shape if d == "bwd_data" else problem.w_shape
+            like = ops.y if ops.y is not None else ops.x
+            setattr(ops, role, empty_like_layout(shape, problem, like.device))
+            out = plan.runner.run(ops)
+            if bias is not None:
+                out = out + bias.view(1, -1, 1, 1)
         _counts[plan.path] += 1
         return out
     except Exception as exc:  # noqa: BLE001 - any failure of a chosen candidate falls back, counted
@@ -265,20 +303,15 @@ class _Conv2dFunction(torch.autograd.Function):
         mf = torch.channels_last if problem.layout == "nhwc" else torch.contiguous_format
         x = x.contiguous(memory_format=mf)
         weight = weight.contiguous(memory_format=mf)
-        args = conv_args(problem)
         ctx.save_for_backward(x, weight)
         ctx.problem, ctx.ex, ctx.has_bias = problem, ex, bias is not None
-        y = empty_like_layout(problem.y_shape, problem, x.device)
-        passed_through = []
-
-        def pytorch_forward():
-            passed_through.append(True)  # with the bias fused, exactly as without the hook
-            return _original_conv2d(x, weight, bias, **args)
-
-        out = _run(ex, problem, Operands(x, weight, y), pytorch_forward)
-        if bias is not None and not passed_through:
-            out = out + bias.view(1, -1, 1, 1)
-        return out
+        return _run(
+            ex,
+            problem,
+            Operands(x, weight, None),
+            lambda: _original_conv2d(x, weight, bias, **conv_args(problem)),
+            bias,
+        )
 
     @staticmethod
     def backward(ctx, grad_y):
@@ -292,33 +325,63 @@ class _Conv2dFunction(torch.autograd.Function):
         dirs = ex.directions_of(problem)
         if need_x:
             p = dirs["bwd_data"]
-            dx = empty_like_layout(p.x_shape, p, x.device)
-            gx = _run(ex, p, Operands(dx, weight, grad_y), lambda: pytorch_direction(p, x, weight, grad_y))
+            gx = _run(ex, p, Operands(None, weight, grad_y), lambda: pytorch_direction(p, x, weight, grad_y))
         if need_w:
             p = dirs["bwd_filter"]
-            dw = empty_like_layout(p.w_shape, p, x.device)
-            gw = _run(ex, p, Operands(x, dw, grad_y), lambda: pytorch_direction(p, x, weight, grad_y))
+            gw = _run(ex, p, Operands(x, None, grad_y), lambda: pytorch_direction(p, x, weight, grad_y))
         if need_b and ctx.has_bias:
             gb = grad_y.sum(dim=(0, 2, 3))
         return gx, gw, gb, None, None
 
 
+def _hashable(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
+
+
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002 - F.conv2d's names
     """Drop-in for ``torch.nn.functional.conv2d`` that runs the selector's choices (see the module docstring)."""
-    ex: Executor | None = getattr(_state, "executor", None) or _global.get("executor")
+    ex: Executor | None = getattr(_state, "executor", None) or _global["executor"]
     if ex is None or not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
         return _original_conv2d(input, weight, bias, stride, padding, dilation, groups)
     x, w, b = input, weight, bias
+    device_type = x.device.type
+    # Under autocast, conv2d runs in autocast's dtype (float32 inputs are cast below F.conv2d).
+    cast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+    needs_grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
+    # Everything the route depends on, read without validating anything: the steady-state cost of a call is
+    # building this key and one dict lookup (the hook's host overhead is what decides whether it pays).
+    key = (x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype, w.device,
+           None if b is None else (b.shape, b.dtype, b.device), stride, padding, dilation, groups, needs_grad, cast,
+           torch.backends.cudnn.allow_tf32)  # fmt: skip
+    try:
+        route = ex._routes.get(key)
+    except TypeError:  # list arguments (F.conv2d accepts them)
+        stride, padding, dilation = _hashable(stride), _hashable(padding), _hashable(dilation)
+        key = key[:9] + (stride, padding, dilation) + key[12:]
+        route = ex._routes.get(key)
+    if route is None:
+        route = _first_call(ex, key, x, w, b, stride, padding, dilation, groups, cast, needs_grad)
+        if route is None:  # counted by _first_call
+            return _original_conv2d(x, w, b, stride, padding, dilation, groups)
+    if route.problem is None:
+        route.calls += 1
+        # PyTorch's native path gets the uncast tensors, so that autocast casts them itself and reuses its cache
+        # of cast weights.
+        return _original_conv2d(x, w, b, stride, padding, dilation, groups)
+    if cast is not None:
+        x, w = x.to(cast), w.to(cast)
+        b = b.to(cast) if b is not None else None
+    with torch.autocast(device_type, enabled=False):
+        return _Conv2dFunction.apply(x, w, b, route.problem, ex)
+
+
+def _first_call(ex: Executor, key, x, w, b, stride, padding, dilation, groups, cast, needs_grad) -> _Route | None:
+    """Validate a new call signature and plan it; ``None`` (counted) when PyTorch should take it unmemoised."""
     # Anything PyTorch would reject goes to PyTorch, so the user gets PyTorch's own error.
     if (x.dim() != 4 or w.dim() != 4 or x.device != w.device or (b is not None and b.device != x.device)
             or x.shape[1] != w.shape[1] * groups or not x.is_floating_point()):  # fmt: skip
         _counts["pytorch:not a plain 4-D conv"] += 1
-        return _original_conv2d(x, w, b, stride, padding, dilation, groups)
-    device_type = x.device.type
-    # Under autocast, conv2d runs in autocast's dtype (float32 inputs are cast below F.conv2d). The problem is
-    # that dtype; the tensors are cast here only for the hook's own paths: PyTorch's native path gets them
-    # uncast, so that autocast casts them itself and reuses its cache of cast weights.
-    cast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+        return None
 
     def compute_dtype(t: torch.Tensor) -> torch.dtype:
         return cast if cast is not None and t.dtype == torch.float32 else t.dtype
@@ -326,28 +389,14 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     dtype = compute_dtype(x)
     if dtype != compute_dtype(w) or (b is not None and compute_dtype(b) != dtype):
         _counts["pytorch:mixed dtypes"] += 1
-        return _original_conv2d(x, w, b, stride, padding, dilation, groups)
-    needs_grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
-    nhwc = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
-    key = (x.shape, w.shape, stride, padding, dilation, groups, dtype, nhwc, needs_grad, x.device,
-           torch.backends.cudnn.allow_tf32)  # fmt: skip
-    route = ex._routes.get(key, "")
-    if route == "":  # first call with these arguments: build and validate the problem, plan its directions
-        problem, reason = _problem(x, w, stride, padding, dilation, groups, dtype)
-        if problem is None:
-            _counts[reason] += 1
-            return _original_conv2d(x, w, b, stride, padding, dilation, groups)
-        ex._problems[key] = problem
-        route = ex.route(key, problem, x.device, needs_grad)
-    if route is None:
-        for reason in ex._native_reasons[key]:
-            _counts[reason] += 1
-        return _original_conv2d(x, w, b, stride, padding, dilation, groups)
-    if cast is not None:
-        x, w = x.to(dtype), w.to(dtype)
-        b = b.to(dtype) if b is not None else None
-    with torch.autocast(device_type, enabled=False):
-        return _Conv2dFunction.apply(x, w, b, ex._problems[key], ex)
+        return None
+    problem, reason = _problem(x, w, stride, padding, dilation, groups, dtype)
+    if problem is None:
+        route = _Route(None, (reason,))
+        _native_routes.append(route)
+        ex._routes[key] = route
+        return route
+    return ex.route(key, problem, x.device, needs_grad)
 
 
 # ------------------------------------------------------------------------------------------------ switches

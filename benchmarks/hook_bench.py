@@ -14,6 +14,9 @@ for fc6, ``matmul`` (the same math as ``nn.Linear`` on the flattened input). Cas
   mode's tuning or the hook's planning) and the steady rate of 3 more passes;
 - ``resnet50-<float32|amp>``: a ResNet-50 training step (batch 32, 224x224, SGD), float32 or float16 autocast;
   median of 15 steps after 5 warm-up steps;
+- ``<case>/paired``: side by side in one process, blocks of 5 steps alternating between the hook and its
+  reference (fc6: ``nn.Linear``; ResNet-50: PyTorch's default, whose cached plans both share, as the hook passes
+  every ResNet-50 conv through), 6 blocks each; medians of the step times, and the host time to enqueue a step;
 - ``overhead``: host time per call of a tiny conv (launch-bound), PyTorch's call against the hooked call on the
   cuDNN and on the GEMM path.
 """
@@ -34,6 +37,7 @@ JOBS = (
     [(f"fc6-{d}", m) for d in ("float16", "float32") for m in ("default", "benchmark", "algosel", "matmul")]
     + [("fpn", m) for m in ("default", "benchmark", "algosel")]
     + [(f"resnet50-{d}", m) for d in ("float32", "amp") for m in ("default", "benchmark", "algosel")]
+    + [(c, "paired") for c in ("fc6-float16", "fc6-float32", "resnet50-float32", "resnet50-amp")]
     + [("overhead", "all")]
 )
 
@@ -87,6 +91,75 @@ def run_fc6(dtype_name: str, mode: str) -> dict:
     with _mode_context(mode):
         ms = _events_median(step, 3, 20)
     return {"step_ms": ms}
+
+
+def _paired(steps: dict, blocks: int = 6, per_block: int = 5) -> dict:
+    """Alternate blocks of steps between the entries of ``steps`` (name -> (context factory, step)); medians."""
+    import torch
+
+    times: dict[str, list[float]] = {n: [] for n in steps}
+    host: dict[str, list[float]] = {n: [] for n in steps}
+    for ctx, step in steps.values():  # warm-up: plans, caches
+        with ctx():
+            for _ in range(3):
+                step()
+    torch.cuda.synchronize()
+    for _ in range(blocks):
+        for name, (ctx, step) in steps.items():
+            with ctx():
+                for _ in range(per_block):
+                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    s.record()
+                    t0 = time.perf_counter()
+                    step()
+                    host[name].append(1e3 * (time.perf_counter() - t0))
+                    e.record()
+                    e.synchronize()
+                    times[name].append(s.elapsed_time(e))
+    out = {f"{n}_step_ms": statistics.median(v) for n, v in times.items()}
+    out.update({f"{n}_host_ms": statistics.median(v) for n, v in host.items()})
+    return out
+
+
+def run_paired(case: str) -> dict:
+    import contextlib
+
+    import torch
+
+    from algosel import hook
+
+    torch.backends.cudnn.benchmark = False
+    if case.startswith("fc6-"):
+        dtype = getattr(torch, case.split("-", 1)[1])
+        x = torch.randn(1600, 256, 6, 6, device="cuda", dtype=dtype, requires_grad=True)
+        conv = torch.nn.Conv2d(256, 4096, 6).cuda().to(dtype)
+        linear = torch.nn.Linear(256 * 36, 4096).cuda().to(dtype)
+        steps = {
+            "algosel": (hook.enabled, lambda: conv(x).sum().backward()),
+            "matmul": (contextlib.nullcontext, lambda: linear(x.flatten(1)).sum().backward()),
+        }
+    else:
+        import torchvision
+
+        model = torchvision.models.resnet50().cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        xb = torch.randn(32, 3, 224, 224, device="cuda")
+        target = torch.randint(0, 1000, (32,), device="cuda")
+        amp = case.endswith("amp")
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+                loss = torch.nn.functional.cross_entropy(model(xb), target)
+            loss.backward()
+            opt.step()
+
+        steps = {"algosel": (hook.enabled, step), "default": (contextlib.nullcontext, step)}
+    executor = hook.Executor()
+    steps["algosel"] = (lambda: hook.enabled(executor), steps["algosel"][1])
+    out = _paired(steps)
+    out["stats"] = hook.stats()
+    return out
 
 
 def run_fpn(mode: str) -> dict:
@@ -184,6 +257,8 @@ def run_overhead() -> dict:
 
 
 def run_job(case: str, mode: str) -> dict:
+    if mode == "paired":
+        return run_paired(case)
     if case.startswith("fc6-"):
         return run_fc6(case.split("-", 1)[1], mode)
     if case == "fpn":

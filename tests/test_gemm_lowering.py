@@ -153,3 +153,20 @@ def test_pytorch_default_matches_autograd_on_grouped_dilated_3x3(direction, layo
     (cand,) = space.enumerate(problem)
     assert cand.candidate_id == "pytorch:default"
     assert relative_error(space.prepare(problem, cand).run(ops), ref) <= 1e-5
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("shape", list(SHAPES.values()), ids=list(SHAPES))
+def test_gemm_conv_adds_the_bias_in_the_forward_direction(shape, layout) -> None:
+    problem = ConvProblem(**shape, layout=layout)
+    ops = _operands(problem, torch.float64)
+    bias = torch.rand(problem.k, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    ref = F.conv2d(ops.x, ops.w, bias, **conv_args(problem))
+    assert relative_error(gemm_conv(problem, ops.x, ops.w, bias), ref) <= 1e-12
+
+
+def test_gemm_conv_refuses_a_bias_in_a_backward_direction() -> None:
+    problem = ConvProblem(**FC_SHAPES["fc_3x5_b7"], direction="bwd_data")
+    ops = _operands(problem, torch.float64)
+    with pytest.raises(ValueError, match="bias is added in the forward direction only, not in bwd_data"):
+        gemm_conv(problem, ops.y, ops.w, torch.zeros(problem.k, dtype=torch.float64))

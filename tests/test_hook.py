@@ -192,3 +192,16 @@ def test_patch_model_routes_only_that_models_convs(executor):
     assert hook.stats().get("gemm") == 1
     other(x)
     assert hook.stats().get("gemm") == 1  # the unpatched module went straight to PyTorch
+
+
+def test_repeated_calls_reuse_the_route_and_are_all_counted(executor):
+    x = torch.randn(2, 8, 11, 9)
+    w = torch.randn(12, 8, 3, 3)
+    with hook.enabled(executor):
+        for _ in range(5):
+            got = F.conv2d(x, w, None, [2, 1], [1, 1], [1, 1], 1)  # list arguments, as F.conv2d accepts them
+    torch.testing.assert_close(got, REF(x, w, None, (2, 1), (1, 1)))
+    assert sum(hook.stats().values()) == 5, hook.stats()  # no grad needed: one direction per call
+    assert len(executor._routes) == 1
+    hook.reset_stats()
+    assert hook.stats() == {}

@@ -44,20 +44,25 @@ def _unrows(m: torch.Tensor, shape: tuple[int, int, int, int], nhwc: bool) -> to
     return m.reshape(n, c, h, w)
 
 
-def gemm_conv(problem: ConvProblem, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def gemm_conv(problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Compute ``problem.direction`` as a matrix product.
 
     ``a, b`` are the direction's inputs as :meth:`Operands.inputs` orders them: (x, w) for ``fwd``,
     (dy, w) for ``bwd_data``, (x, dy) for ``bwd_filter``. Returns y, dx or dw, in the problem's layout.
+    ``bias`` (``fwd`` only, shape (K,)) is added, inside the GEMM (``addmm``) where the output is one matrix.
     """
     kind = gemm_kind(problem)
     if kind is None:
         raise ValueError(f"problem {problem.key} is not a GEMM (needs fully connected mode or pointwise 1x1)")
     nhwc = problem.layout == "nhwc"
     d = problem.direction
+    if bias is not None and d != "fwd":
+        raise ValueError(f"a bias is added in the forward direction only, not in {d}")
     if kind == "fc":
-        if d == "fwd":  # y[N,K] = x[N,CHW] @ w[K,CHW]^T
-            return _unrows(_rows(a, nhwc) @ _rows(b, nhwc).t(), problem.y_shape, nhwc)
+        if d == "fwd":  # y[N,K] = x[N,CHW] @ w[K,CHW]^T (+ bias, as nn.Linear fuses it)
+            x2, w2 = _rows(a, nhwc), _rows(b, nhwc)
+            y2 = x2 @ w2.t() if bias is None else torch.addmm(bias, x2, w2.t())
+            return _unrows(y2, problem.y_shape, nhwc)
         if d == "bwd_data":  # dx[N,CHW] = dy[N,K] @ w[K,CHW]
             return _unrows(_rows(a, False) @ _rows(b, nhwc), problem.x_shape, nhwc)
         # dw[K,CHW] = dy[N,K]^T @ x[N,CHW]
@@ -68,14 +73,17 @@ def gemm_conv(problem: ConvProblem, a: torch.Tensor, b: torch.Tensor) -> torch.T
     wm = b.reshape(k, c) if d != "bwd_filter" else None  # a 1x1 weight is (K, C) in both layouts
     if nhwc:  # every pixel is a row: (N*H*W, C) and (N*H*W, K) are plain views
         if d == "fwd":
-            return (a.permute(0, 2, 3, 1).reshape(-1, c) @ wm.t()).reshape(n, h, w, k).permute(0, 3, 1, 2)
+            rows = a.permute(0, 2, 3, 1).reshape(-1, c)
+            y2 = rows @ wm.t() if bias is None else torch.addmm(bias, rows, wm.t())
+            return y2.reshape(n, h, w, k).permute(0, 3, 1, 2)
         if d == "bwd_data":
             return (a.permute(0, 2, 3, 1).reshape(-1, k) @ wm).reshape(n, h, w, c).permute(0, 3, 1, 2)
         dy = b.permute(0, 2, 3, 1).reshape(-1, k)
         return (dy.t() @ a.permute(0, 2, 3, 1).reshape(-1, c)).reshape(k, c, 1, 1)
     # NCHW: per image a (C, H*W) matrix; matmul broadcasts the weight over the batch.
     if d == "fwd":
-        return torch.matmul(wm, a.reshape(n, c, h * w)).reshape(n, k, h, w)
+        y = torch.matmul(wm, a.reshape(n, c, h * w)).reshape(n, k, h, w)
+        return y if bias is None else y + bias.view(1, k, 1, 1)
     if d == "bwd_data":
         return torch.matmul(wm.t(), a.reshape(n, k, h * w)).reshape(n, c, h, w)
     # dw = sum_n dy[n] @ x[n]^T. With N > 1 the batch is not one strided matrix in NCHW, so gather
