@@ -30,16 +30,24 @@ def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[ok_mask(frame)]
 
 
-def _first_by_rank(ok: pd.DataFrame, column: str) -> pd.Series:
-    """Per problem, the time of the lowest-ranked (by ``column``) correct candidate."""
+def _first_by_rank(ok: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per problem, the time and id of the lowest-ranked (by ``column``) correct candidate."""
     ranked = ok[ok[column] >= 0].sort_values(["problem_key", column])
-    return ranked.groupby("problem_key")["time_ms_median"].first()
+    return ranked.groupby("problem_key")[["time_ms_median", "candidate_id"]].first()
+
+
+def _fastest(ok: pd.DataFrame) -> pd.DataFrame:
+    """Per problem, the time and id of the fastest of the given correct candidates."""
+    return ok.loc[ok.groupby("problem_key")["time_ms_median"].idxmin()].set_index("problem_key")[
+        ["time_ms_median", "candidate_id"]
+    ]
 
 
 def per_problem(frame: pd.DataFrame, extra: Mapping[str, pd.Series] | None = None) -> pd.DataFrame:
     """One row per problem: the best time and the time of each baseline selector (and of ``extra`` ones).
 
-    ``extra`` maps a selector name to a Series of times indexed by ``problem_key``.
+    ``extra`` maps a selector name to a Series of times indexed by ``problem_key``. Each baseline ``<name>``
+    also gets ``<name>_candidate``, the id of the candidate it chose (for listing its worst cases).
     """
     ok = ok_rows(frame)
     if ok.empty:
@@ -50,11 +58,15 @@ def per_problem(frame: pd.DataFrame, extra: Mapping[str, pd.Series] | None = Non
         best_idx, ["problem_key", "direction", "dtype", "layout", "source", "candidate_id", "space", "time_ms_median"]
     ].set_index("problem_key")
     out = out.rename(columns={"candidate_id": "best_candidate", "space": "best_space", "time_ms_median": "best"})
-    out["heuristic_a"] = _first_by_rank(ok, "rank_a")
-    out["heuristic_b"] = _first_by_rank(ok, "rank_b")
-    out["pytorch_default"] = ok[ok["space"] == "pytorch"].groupby("problem_key")["time_ms_median"].min()
-    gemm = ok[ok["space"] == "gemm"].groupby("problem_key")["time_ms_median"].min()
-    out["gemm"] = gemm
+    chosen = {
+        "heuristic_a": _first_by_rank(ok, "rank_a"),
+        "heuristic_b": _first_by_rank(ok, "rank_b"),
+        "pytorch_default": _fastest(ok[ok["space"] == "pytorch"]),
+        "gemm": _fastest(ok[ok["space"] == "gemm"]),
+    }
+    for name, picks in chosen.items():
+        out[name] = picks["time_ms_median"]
+        out[f"{name}_candidate"] = picks["candidate_id"]
     out["gemm_applicable"] = out.index.isin(frame.loc[frame["space"] == "gemm", "problem_key"])
     for name, series in (extra or {}).items():
         out[name] = series

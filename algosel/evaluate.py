@@ -18,7 +18,7 @@ import itertools
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,9 @@ from algosel.analysis import comparison_table, per_problem
 from algosel.features import frame_features
 from algosel.problem import SHAPE_FIELDS, ConvProblem
 from algosel.ranker import Ranker, RankerParams, with_ratios
+
+if TYPE_CHECKING:  # for annotations only: the CLI imports this module without loading a model
+    from algosel.selector import Selector
 
 SELECTORS = ("model", "heuristic_a", "heuristic_b", "pytorch_default", "gemm_else_a")
 TEST_FRACTION = 0.2
@@ -109,13 +112,35 @@ def cross_val_picks(prep: Prepared, params: RankerParams, folds: int = 5, progre
 
 
 def selector_table(frame: pd.DataFrame, picks: pd.DataFrame) -> pd.DataFrame:
-    """Per problem of ``picks``: best time and the time of every selector in :data:`SELECTORS`."""
+    """Per problem of ``picks``: best time and the time of every selector in :data:`SELECTORS` (and, as
+    ``<selector>_candidate``, the id of the candidate each chose)."""
     table = per_problem(frame[frame["problem_key"].isin(picks.index)], extra={"model": picks["model"]})
-    # GEMM lowering where the math allows (it wins most of those), cuDNN's heuristic elsewhere.
-    table["gemm_else_a"] = table["gemm"].where(table["gemm"].notna(), table["heuristic_a"])
+    table["model_candidate"] = picks["model_candidate"]
+    add_gemm_else_a(table)
     table["invalid_top1"] = picks["invalid_top1"]
     table["wrong_top1"] = picks["wrong_top1"]
     return table
+
+
+def add_gemm_else_a(table: pd.DataFrame) -> pd.DataFrame:
+    """Add the ``gemm_else_a`` selector (time and candidate) to a :func:`~algosel.analysis.per_problem` table, in
+    place: GEMM lowering where the math allows (it wins most of those), cuDNN's mode A elsewhere."""
+    has_gemm = table["gemm"].notna()
+    table["gemm_else_a"] = table["gemm"].where(has_gemm, table["heuristic_a"])
+    table["gemm_else_a_candidate"] = table["gemm_candidate"].where(has_gemm, table["heuristic_a_candidate"])
+    return table
+
+
+def held_out_table(sel: Selector, frame: pd.DataFrame, prep: Prepared) -> pd.DataFrame:
+    """:func:`selector_table` of the test shapes (:func:`is_test_shape`), with the model's picks scored by ``sel``
+    on its own shortlist: every selector on the same held-out problems."""
+    test = prep.rows(is_test_shape(prep.shape))
+    return selector_table(frame, pick_times(test.data, sel.ranker.score(test.X), sel.manifest.get("shortlist_rank")))
+
+
+def with_pytorch_fallback(table: pd.DataFrame, selectors: Iterable[str] = SELECTORS) -> pd.DataFrame:
+    """Where a selector had no correct candidate, a framework falls back to PyTorch's own path: use its time."""
+    return table.fillna({s: table["pytorch_default"] for s in selectors if s in table})
 
 
 def geomean_ratio(table: pd.DataFrame, selector: str = "model") -> float:
@@ -172,21 +197,29 @@ def report(table: pd.DataFrame) -> pd.DataFrame:
     return comp
 
 
-def network_totals(tables: Mapping[str, pd.DataFrame], suites: pd.DataFrame, dtypes: Iterable[str]) -> pd.DataFrame:
+def network_totals(
+    tables: Mapping[str, pd.DataFrame],
+    suites: pd.DataFrame,
+    dtypes: Iterable[str],
+    selectors: Iterable[str] = SELECTORS,
+) -> pd.DataFrame:
     """Whole-network fwd + bwd time per selector: the sum over every conv call of the network.
 
     ``tables`` maps a network to its :func:`selector_table` (indexed by problem key; with leave-one-network-out,
-    each network's own). The first conv of a classification network gets no ``bwd_data`` (autograd does not
-    compute the gradient of the input image).
+    each network's own), which must have a column per name of ``selectors``. The first conv of a classification
+    network gets no ``bwd_data`` (autograd does not compute the gradient of the input image). Calls whose problem
+    is not in the network's table are left out of the sums and counted in ``missing_problems``; ``calls`` counts
+    the ones summed (one per conv call and direction).
     """
+    selectors = tuple(selectors)
     rows = []
     for (network, size), layers in suites.groupby(["network", "size"], sort=False):
         if network not in tables:
             continue
         table_times = tables[network]
         for dtype in dtypes:
-            totals = dict.fromkeys(("best", *SELECTORS), 0.0)
-            missing = 0
+            totals = dict.fromkeys(("best", *selectors), 0.0)
+            missing = calls = 0
             for i, layer in enumerate(layers.to_dict("records")):
                 fields = {f: int(layer[f]) for f in SHAPE_FIELDS}
                 p = ConvProblem(**fields, dtype=dtype, layout="nchw")
@@ -196,6 +229,7 @@ def network_totals(tables: Mapping[str, pd.DataFrame], suites: pd.DataFrame, dty
                     if q.key not in table_times.index:
                         missing += 1
                         continue
+                    calls += 1
                     for sel in totals:
                         totals[sel] += float(table_times.at[q.key, sel])
             rows.append(
@@ -204,6 +238,7 @@ def network_totals(tables: Mapping[str, pd.DataFrame], suites: pd.DataFrame, dty
                     "size": size,
                     "dtype": dtype,
                     "missing_problems": missing,
+                    "calls": calls,
                     **{f"{k}_ms": v for k, v in totals.items()},
                 }
             )
@@ -213,7 +248,7 @@ def network_totals(tables: Mapping[str, pd.DataFrame], suites: pd.DataFrame, dty
     if not fpn.empty:
         summed = fpn.groupby("dtype", as_index=False).sum(numeric_only=True).assign(network="fpn", size="20 sizes")
         out = pd.concat([out[out["network"] != "fpn"], summed], ignore_index=True)
-    for sel in SELECTORS:
+    for sel in selectors:
         out[f"{sel}_vs_best"] = out[f"{sel}_ms"] / out["best_ms"]
     return out
 
@@ -286,9 +321,7 @@ def run_evaluation(
             "recomputed on them, and shapes the model was trained on may now be among the test shapes"
         )
     prep = Prepared.build(frame, envs)
-    test = prep.rows(is_test_shape(prep.shape))
-    shortlist = sel.manifest.get("shortlist_rank")
-    table = selector_table(frame, pick_times(test.data, sel.ranker.score(test.X), shortlist))
+    table = held_out_table(sel, frame, prep)
     comp = report(table)
     lines += [
         "",
@@ -318,9 +351,7 @@ def run_evaluation(
         lono_comp = report(lono_table)
         tables = {}
         for network, part in picks.groupby("network"):
-            t = selector_table(frame, part.drop(columns="network"))
-            # Where a heuristic had no correct candidate, a framework falls back to PyTorch's own path.
-            tables[network] = t.fillna({s: t["pytorch_default"] for s in SELECTORS})
+            tables[network] = with_pytorch_fallback(selector_table(frame, part.drop(columns="network")))
         totals = network_totals(tables, suites, sorted(frame["dtype"].unique()))
         totals.to_csv(out_dir / "network_totals.csv", index=False)
         shown = totals[["network", "size", "dtype", "best_ms", *[f"{s}_vs_best" for s in SELECTORS]]].round(3)
