@@ -13,13 +13,14 @@ _selectors: dict[Any, Selector] = {}
 _live: dict[int, bool] = {}
 
 
-def _selector(model: str | Path | Selector | None, force: bool) -> Selector:
+def _selector(model: str | Path | Selector | None, force: bool, space: str = "cudnn") -> Selector:
     if isinstance(model, Selector):
         return model
-    key = (str(model) if model is not None else None, force)
+    key = (str(model) if model is not None else None, force, space)
     sel = _selectors.get(key)
     if sel is None:
-        sel = _selectors[key] = load_default(force=force) if model is None else Selector.load(model, force=force)
+        sel = load_default(force=force, space=space) if model is None else Selector.load(model, force=force)
+        _selectors[key] = sel
     return sel
 
 
@@ -30,9 +31,9 @@ def _live_available(sel: Selector) -> bool:
         try:
             import torch  # noqa: PLC0415
 
-            from algosel.candidates.cudnn_engines import CudnnEngineSpace  # noqa: PLC0415
+            from algosel.candidates import make_space  # noqa: PLC0415
 
-            hit = CudnnEngineSpace().available() is None and (
+            hit = make_space(sel.space).available() is None and (
                 torch.cuda.get_device_name() == sel.environment.get("gpu_name")
                 and int(torch.backends.cudnn.version() or 0) == sel.environment.get("cudnn")
             )
@@ -55,6 +56,7 @@ def predict(
     top_k: int = 1,
     live: bool | None = None,
     force: bool = False,
+    space: str = "cudnn",
     **fields: Any,
 ) -> list[Choice]:
     """Rank the candidates for a convolution, best first.
@@ -77,11 +79,17 @@ def predict(
         Rank cuDNN's live candidate list (needs a GPU and the frontend); default: when available.
     force : bool
         Use a model trained for another GPU or cuDNN (with a warning) instead of refusing.
+    space : str
+        ``"cudnn"`` (default): engine configs of the graph API, GEMM lowering and PyTorch's default.
+        ``"legacy"``: the legacy API's algorithms, for frameworks that call ``cudnnConvolutionForward`` and its
+        backward twins; each choice carries ``cudnn_algo`` (e.g. ``CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM``,
+        C value in ``engine_id``) and ``cudnn_math_type`` to set on the convolution descriptor.
 
     Returns
     -------
     list of Choice
-        ``candidate_id`` (``cudnn:eng..``, ``gemm:fc``, ``gemm:pointwise`` or ``pytorch:default``), space, engine
+        ``candidate_id`` (``cudnn:eng..``, ``gemm:fc``, ``gemm:pointwise``, ``pytorch:default`` or
+        ``legacy:<ALGO>.<MATH_TYPE>``), space, engine
         id and knobs, model score, workspace bytes where known, and where the candidate list came from.
         Memoised per problem and arguments.
 
@@ -101,7 +109,11 @@ def predict(
         raise ValueError("predict() needs a ConvProblem or its fields as keywords (n=, c=, k=, h=, w=, r=, s=, ...)")
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
-    sel = _selector(model, force)
+    if space not in ("cudnn", "legacy"):
+        raise ValueError(f"space must be 'cudnn' or 'legacy', got {space!r}")
+    sel = _selector(model, force, space)
+    if sel.space != space:
+        raise ValueError(f"the model {model} selects {sel.space} candidates, not {space}")
     if live is None:
         live = _live_available(sel)
     return sel.choose(problem, max_workspace_bytes, deterministic, top_k, live)

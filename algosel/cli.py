@@ -203,6 +203,8 @@ def cmd_train(args) -> int:
     )
     print(f"chosen by {args.folds}-fold CV: " + ", ".join(f"{k}={v}" for k, v in best.items() if k != "chosen"))
     for sel, s in summary["test_scores"].items():
+        if s["geomean"] is None:  # a baseline the records cannot give (mode B of legacy algorithms)
+            continue
         print(f"  held-out {sel:16s} geomean {s['geomean']:.3f}  within 5% {100 * s['within_5pct']:.1f}%")
     return 0
 
@@ -247,6 +249,7 @@ def cmd_predict(args) -> int:
         top_k=args.top_k,
         live=False if args.offline else None,
         force=args.force,
+        space=args.space,
     )
     if args.json:
         print(json.dumps({"problem": problem.key, "choices": [c.__dict__ for c in choices]}, indent=2))
@@ -254,8 +257,69 @@ def cmd_predict(args) -> int:
     print(problem.key)
     for i, c in enumerate(choices, 1):
         ws = "?" if c.workspace_bytes is None else c.workspace_bytes
-        print(f"  {i}. {c.candidate_id}  score {c.score:.3f}  workspace {ws} bytes  ({c.source})")
+        algo = f"  {c.cudnn_algo} ({c.engine_id}) with {c.cudnn_math_type}" if c.cudnn_algo else ""
+        print(f"  {i}. {c.candidate_id}  score {c.score:.3f}  workspace {ws} bytes  ({c.source}){algo}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------- analyze-log
+def cmd_analyze_log(args) -> int:
+    import pandas as pd  # noqa: PLC0415
+
+    from algosel.logs import LogError, analyze, conv_calls, parse_log, summary  # noqa: PLC0415
+    from algosel.records import load_records  # noqa: PLC0415
+    from algosel.selector import Selector, SelectorError, load_default  # noqa: PLC0415
+
+    try:
+        calls = conv_calls(parse_log(args.log))
+    except LogError as exc:
+        raise CliError(str(exc)) from None
+    if not calls:
+        raise CliError(f"{args.log}: the log shows no convolution call (cudnnConvolution* or a conv graph)")
+    records = load_records(*args.data)[0] if args.data else pd.DataFrame()
+    selectors = {}
+    for api, space, path in (("graph", "cudnn", args.model), ("legacy", "legacy", args.legacy_model)):
+        try:
+            selectors[api] = (
+                Selector.load(path, force=args.force) if path else load_default(force=args.force, space=space)
+            )
+        except SelectorError as exc:
+            print(f"algosel analyze-log: no {space} selector ({exc}); its column stays empty", file=sys.stderr)
+    measured = _measure_unrecorded(calls, records) if args.measure else None
+    table = analyze(calls, records, selectors, measured)
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+    cols = ["first_line", "calls", "api", "problem", "chosen", "chosen_ms", "algosel_pick", "algosel_ms",
+            "best_same_api_ms", "best_ms", "lost_ms", "note"]  # fmt: skip
+    with pd.option_context("display.max_colwidth", 80, "display.width", 250, "display.float_format", "{:.4f}".format):
+        print(table[cols].to_string(index=False))
+    print()
+    print(summary(table))
+    return 0
+
+
+def _measure_unrecorded(calls, records):
+    """Sweep, on this GPU, the problems of ``calls`` the records lack (legacy calls: the legacy space)."""
+    import torch  # noqa: PLC0415
+
+    from algosel.environment import collect_environment  # noqa: PLC0415
+    from algosel.sweep import Sweeper  # noqa: PLC0415
+    from algosel.timing import CudaEventTimer  # noqa: PLC0415
+
+    if not torch.cuda.is_available():
+        raise CliError("--measure needs a CUDA GPU (none is visible)")
+    known = set(records["problem_key"]) if len(records) else set()
+    env = collect_environment()
+    rows = []
+    for api, names in (("legacy", ["legacy"]), ("graph", ["gemm", "pytorch", "cudnn"])):
+        problems = {c.problem for c in calls if c.api == api and c.problem and c.problem.key not in known}
+        if problems:
+            sweeper = Sweeper(_spaces(names), CudaEventTimer(), env)
+            for p in sorted(problems, key=lambda q: q.key):
+                rows += sweeper.measure_problem(p, source="log")
+    import pandas as pd  # noqa: PLC0415
+
+    return pd.DataFrame(rows)
 
 
 def _pair(text: str) -> list[int]:
@@ -348,12 +412,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offline", action="store_true", help="never enumerate cuDNN live, even with a GPU")
     p.add_argument("--force", action="store_true", help="use a model made for another GPU or cuDNN")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--space",
+        default="cudnn",
+        choices=("cudnn", "legacy"),
+        help="cudnn: engine configs, GEMM lowering, PyTorch's default; legacy: CUDNN_CONVOLUTION_*_ALGO",
+    )
     p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("analyze-log", help="price the convolutions of a cuDNN API log (CUDNN_LOGLEVEL_DBG=3)")
+    p.add_argument("log", help="the log file (plain or gzipped)")
+    p.add_argument(
+        "--data",
+        nargs="*",
+        default=["data/sweeps/h200", "data/sweeps/h200-legacy"],
+        help="sweep records to price the calls from",
+    )
+    p.add_argument("--model", default=None, help="engine-config selector for graph API calls (default: shipped)")
+    p.add_argument("--legacy-model", default=None, help="legacy selector for legacy API calls (default: shipped)")
+    p.add_argument("--measure", action="store_true", help="measure problems the records lack on this GPU")
+    p.add_argument("--force", action="store_true", help="use models made for another GPU or cuDNN")
+    p.add_argument("--csv", default=None, help="also write the table to this CSV file")
+    p.set_defaults(func=cmd_analyze_log)
 
     p = sub.add_parser("suites", help="extract the layer shapes of real networks into CSVs (needs torchvision)")
     p.add_argument("--out", default=None, help="directory (default: the package's data/suites)")
     p.add_argument("--names", default="all")
     p.set_defaults(func=cmd_suites)
+
+    from algosel.report import add_parser as add_report_parser  # noqa: PLC0415
+
+    add_report_parser(sub)
     return parser
 
 

@@ -26,7 +26,9 @@ FEATURE_SCHEMA_VERSION = 1
 
 #: cuDNN knob types (``CUDNN_KNOB_TYPE_*``) that get a column each; absent knobs are NaN.
 KNOB_IDS: tuple[int, ...] = tuple(range(30))
-SPACES: tuple[str, ...] = ("cudnn", "gemm", "pytorch")
+#: Candidate spaces by code. ``legacy`` was code 3 ("any other space") before it had a name: models trained
+#: earlier see the same code.
+SPACES: tuple[str, ...] = ("cudnn", "gemm", "pytorch", "legacy")
 #: Engine codes of the non-cuDNN candidates (cuDNN engine ids are small non-negative integers).
 _SPECIAL_ENGINE = {"gemm:fc": 1000, "gemm:pointwise": 1001, "pytorch:default": 1002}
 BEHAVIOUR_NOTES: tuple[str, ...] = ("runtime_compilation", "supports_cuda_graph_native_api")
@@ -139,9 +141,25 @@ def _note_flags(notes: str) -> tuple[float, ...]:
     return tuple(float(n in present) for n in BEHAVIOUR_NOTES)
 
 
+#: Legacy candidates are engine codes 2000 + 10 * algorithm + math type (``cudnnMathType_t``): one category per
+#: (algorithm, math type) pair; the direction, which gives the algorithm number its meaning, is a feature already.
+_LEGACY_ENGINE_BASE = 2000
+_MATH_CODES = {"DEFAULT_MATH": 0, "TENSOR_OP_MATH": 1, "TENSOR_OP_MATH_ALLOW_CONVERSION": 2, "FMA_MATH": 3}
+
+
+def _engine_code(cand: Mapping[str, Any]) -> int:
+    space = cand["space"]
+    if space == "cudnn":
+        return int(cand["engine_id"])
+    if space == "legacy":
+        math = (cand.get("knobs") or "").removeprefix("math=")
+        return _LEGACY_ENGINE_BASE + 10 * int(cand["engine_id"]) + _MATH_CODES.get(math, 9)
+    return _SPECIAL_ENGINE.get(cand["candidate_id"], 1003)
+
+
 def _candidate_values(cand: Mapping[str, Any]) -> tuple[float, ...]:
     space = cand["space"]
-    engine = _SPECIAL_ENGINE.get(cand["candidate_id"], int(cand["engine_id"]) if space == "cudnn" else 1003)
+    engine = _engine_code(cand)
     ra, rb, rf = cand["rank_a"], cand["rank_b"], cand["rank_fallback"]
     return (
         (float(SPACES.index(space) if space in SPACES else len(SPACES)), float(engine),

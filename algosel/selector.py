@@ -1,6 +1,7 @@
 """A trained selector on disk and in memory: the ranker, its manifest and the catalogue of known candidates.
 
-A model directory (``models/<gpu>-cudnn<version>/``) holds
+A model directory (``models/<gpu>-cudnn<version>/``, or ``...-legacy/`` for a selector of cuDNN's legacy algorithms)
+holds
 
 - ``model.txt``: LightGBM's own text format (portable; no pickle);
 - ``manifest.json``: feature schema version, hyperparameters, data fingerprint, the environment the records came
@@ -10,7 +11,10 @@ A model directory (``models/<gpu>-cudnn<version>/``) holds
 :meth:`Selector.choose` ranks the candidates valid for a problem. They come from, in order of preference: the
 live cuDNN enumeration (where a GPU and the frontend are present), the records of that exact problem, or the
 records of the nearest recorded problem of the same kind (direction, dtype, layout, GEMM-ness, depthwise-ness)
-with GEMM lowering and PyTorch's default added where they apply.
+with GEMM lowering and PyTorch's default added where they apply and the model was trained on them.
+
+A model covers the candidate spaces of its records (manifest ``spaces``): ``cudnn``, ``gemm`` and ``pytorch`` for
+the engine-config selector, ``legacy`` for the legacy-algorithm selector that frameworks on the legacy API use.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ _CATALOGUE_COLUMNS = [
     "status",
 ]
 #: Log-scaled fields that define "nearest" between problems of one kind.
+#: The spaces of a model whose manifest does not list them.
+SPACES_DEFAULT = ("cudnn", "gemm", "pytorch")
 _NEAREST_FIELDS = ("n", "c", "k", "h", "w", "r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w", "groups")
 
 
@@ -67,6 +73,11 @@ class Choice:
     score: float
     workspace_bytes: int | None
     source: str  # "live", "records" or "nearest:<problem key>"
+    #: For a legacy candidate: the ``cudnnConvolution*Algo_t`` name (e.g.
+    #: ``CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM``), its C value (``engine_id``) and the math type
+    #: (``cudnnMathType_t`` name) to set on the convolution descriptor; empty otherwise.
+    cudnn_algo: str = ""
+    cudnn_math_type: str = ""
 
 
 def _kind(p: ConvProblem) -> tuple:
@@ -81,6 +92,9 @@ class Selector:
         self.manifest = manifest
         self.environment: dict[str, Any] = manifest["environment"]
         self.blocked = {tuple(b) for b in manifest.get("blocked_engines", [])}
+        #: Candidate spaces the model was trained on (models of schema 1 without the field: the first three).
+        self.spaces: tuple[str, ...] = tuple(manifest.get("spaces", SPACES_DEFAULT))
+        self.space = "legacy" if self.spaces == ("legacy",) else "cudnn"
         self._cache: dict[tuple, list[Choice]] = {}
         self._matrices: dict[tuple, np.ndarray] = {}  # candidate feature rows per candidate list
         self._hardware = hardware_vector(self.environment)
@@ -177,7 +191,7 @@ class Selector:
             from algosel.candidates import make_space  # noqa: PLC0415
 
             rows = []
-            for name in ("gemm", "pytorch", "cudnn"):
+            for name in sorted(self.spaces, key=("gemm", "pytorch", "cudnn", "legacy").index):
                 space = make_space(name)
                 rows += [candidate_row(c) for c in space.enumerate(problem)]
                 space.release(problem)
@@ -193,10 +207,10 @@ class Selector:
             positions, keys = bucket
             nearest = keys[int(np.argmin(((positions - self._position(problem)) ** 2).sum(axis=1)))]
             rows, src = (
-                [dict(r, workspace_bytes=-1) for r in self._rows(nearest) if r["space"] == "cudnn"],
+                [dict(r, workspace_bytes=-1) for r in self._rows(nearest) if r["space"] in ("cudnn", "legacy")],
                 f"nearest:{nearest}",
             )
-        rows += fixed_rows(problem)
+        rows += [r for r in fixed_rows(problem) if r["space"] in self.spaces]
         return rows, src
 
     def choose(
@@ -266,6 +280,7 @@ class Selector:
                 score=float(scores[i]),
                 workspace_bytes=None if rows[i]["workspace_bytes"] < 0 else int(rows[i]["workspace_bytes"]),
                 source=source,
+                **_legacy_names(problem, rows[i]),
             )
             for i in order
         ]
@@ -292,7 +307,20 @@ class Selector:
         if deterministic and row["space"] == "cudnn":
             notes = (row.get("notes") or "").split(",")
             return self.manifest.get("numeric_notes_recorded", False) and "nondeterministic" not in notes
+        if deterministic and row["space"] == "legacy":
+            # The v7 heuristic states determinism for the algorithms it lists; unlisted ones are unknown.
+            return row["rank_a"] >= 0 and "nondeterministic" not in (row.get("notes") or "").split(",")
         return True
+
+
+def _legacy_names(problem: ConvProblem, row: Mapping[str, Any]) -> dict[str, str]:
+    if row["space"] != "legacy":
+        return {}
+    from algosel.candidates.cudnn_legacy import algo_enum_name  # noqa: PLC0415
+
+    math_type = (row.get("knobs") or "").removeprefix("math=")
+    return {"cudnn_algo": algo_enum_name(problem.direction, int(row["engine_id"])),
+            "cudnn_math_type": f"CUDNN_{math_type}"}  # fmt: skip
 
 
 def candidate_row(c: Candidate, workspace_bytes: int = -1) -> dict[str, Any]:
@@ -370,19 +398,31 @@ def new_manifest(params: RankerParams, environment: Mapping[str, Any], extra: Ma
     }
 
 
-def default_model_dir(models_root: str | Path | None = None) -> Path:
-    """The shipped model matching this GPU where one is visible, else the only (or first) shipped model."""
+def model_space(directory: Path) -> str:
+    """``"legacy"`` for a legacy-algorithm selector's directory, else ``"cudnn"`` (read from its manifest)."""
+    try:
+        spaces = json.loads((directory / MANIFEST_FILE).read_text()).get("spaces", SPACES_DEFAULT)
+    except (OSError, json.JSONDecodeError):
+        return "cudnn"
+    return "legacy" if list(spaces) == ["legacy"] else "cudnn"
+
+
+def default_model_dir(models_root: str | Path | None = None, space: str = "cudnn") -> Path:
+    """The shipped model of ``space`` (``"cudnn"``: engine configs, GEMM lowering and PyTorch's default;
+    ``"legacy"``: the legacy algorithms) matching this GPU where one is visible, else the first of that space."""
+    if space not in ("cudnn", "legacy"):
+        raise ValueError(f"space must be 'cudnn' or 'legacy', got {space!r}")
     root = Path(models_root) if models_root else Path(__file__).resolve().parent.parent / "models"
-    dirs = sorted(d for d in root.glob("*") if (d / MANIFEST_FILE).is_file())
+    dirs = sorted(d for d in root.glob("*") if (d / MANIFEST_FILE).is_file() and model_space(d) == space)
     if not dirs:
-        raise SelectorError(f"no trained model under {root}; run `algosel train`")
+        raise SelectorError(f"no trained {space} model under {root}; run `algosel train`")
     try:
         import torch  # noqa: PLC0415
 
         if torch.cuda.is_available():
             from algosel.environment import collect_environment, gpu_slug  # noqa: PLC0415
 
-            slug = gpu_slug(collect_environment())
+            slug = gpu_slug(collect_environment()) + ("-legacy" if space == "legacy" else "")
             for d in dirs:
                 if d.name == slug:
                     return d
@@ -391,5 +431,6 @@ def default_model_dir(models_root: str | Path | None = None) -> Path:
     return dirs[0]
 
 
-def load_default(models_root: str | Path | None = None, force: bool = False) -> Selector:
-    return Selector.load(default_model_dir(models_root), force=force)
+def load_default(models_root: str | Path | None = None, force: bool = False, space: str = "cudnn") -> Selector:
+    """Load :func:`default_model_dir`."""
+    return Selector.load(default_model_dir(models_root, space), force=force)

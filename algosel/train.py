@@ -101,9 +101,11 @@ def train(
         "shortlist_rank": SHORTLIST_RANK,
         # Numerical notes (nondeterministic, tensor_core...) are recorded only when the sweep could read them.
         "numeric_notes_recorded": bool(frame["notes"].str.contains("nondeterministic|tensor_core").any()),
+        "spaces": sorted(frame["space"].unique()),
     }
     manifest = new_manifest(best, env, summary)
-    out = Path(models_root) / (name or gpu_slug(env))
+    legacy = summary["spaces"] == ["legacy"]
+    out = Path(models_root) / (name or gpu_slug(env) + ("-legacy" if legacy else ""))
     Selector(ranker, manifest, build_catalogue(frame)).save(out)
     tuning.to_csv(out / "tuning.csv", index=False)
     comp.to_csv(out / "test_report.csv", index=False)

@@ -269,3 +269,33 @@ def test_hook_passes_bad_input_to_pytorch_on_gpu():
     with hook.enabled(), pytest.raises(RuntimeError) as got:
         torch.nn.functional.conv2d(x, w)
     assert str(got.value) == str(expected.value)
+
+
+def test_predict_legacy_live_names_an_algorithm_that_runs_correctly():
+    from algosel.api import predict
+    from algosel.candidates.cudnn_legacy import CudnnLegacySpace
+
+    problem = ConvProblem(**SHAPES[0], dtype="float16", direction="bwd_data")
+    choices = predict(problem, space="legacy", live=True, top_k=3)
+    assert choices[0].source == "live" and choices[0].cudnn_algo.startswith("CUDNN_CONVOLUTION_BWD_DATA_ALGO_")
+    assert choices[0].cudnn_math_type in ("CUDNN_TENSOR_OP_MATH", "CUDNN_DEFAULT_MATH", "CUDNN_FMA_MATH")
+    space = CudnnLegacySpace()
+    cand = next(c for c in space.enumerate(problem) if c.candidate_id == choices[0].candidate_id)
+    with math_mode(problem):
+        ops = make_operands(problem, "cuda", torch.Generator("cuda").manual_seed(2))
+        ref = reference(problem, ops)
+        prepared = space.prepare(problem, cand)
+        out = prepared.run(ops)
+        torch.cuda.synchronize()
+    assert relative_error(out, ref) <= TOLERANCE["float16"]
+
+
+def test_analyze_log_measures_problems_the_records_lack(capsys):
+    from pathlib import Path
+
+    from algosel.cli import main
+
+    log = Path(__file__).parent / "fixtures" / "cudnn_logs" / "pytorch-unrecorded.log.gz"
+    assert main(["analyze-log", str(log), "--measure"]) == 0
+    out = capsys.readouterr().out
+    assert "6 convolution calls" in out and "6 calls priced from records" in out
