@@ -16,7 +16,8 @@ for fc6, ``matmul`` (the same math as ``nn.Linear`` on the flattened input). Cas
   median of 15 steps after 5 warm-up steps;
 - ``<case>/paired``: side by side in one process, blocks of 5 steps alternating between the hook and its
   reference (fc6: ``nn.Linear``; ResNet-50: PyTorch's default, whose cached plans both share, as the hook passes
-  every ResNet-50 conv through), 6 blocks each; medians of the step times, and the host time to enqueue a step;
+  every ResNet-50 conv through), 8 blocks each in ABBA order; medians of the step times, and the host time to
+  enqueue a step;
 - ``overhead``: host time per call of a tiny conv (launch-bound), PyTorch's call against the hooked call on the
   cuDNN and on the GEMM path.
 """
@@ -93,7 +94,7 @@ def run_fc6(dtype_name: str, mode: str) -> dict:
     return {"step_ms": ms}
 
 
-def _paired(steps: dict, blocks: int = 6, per_block: int = 5) -> dict:
+def _paired(steps: dict, blocks: int = 8, per_block: int = 5) -> dict:
     """Alternate blocks of steps between the entries of ``steps`` (name -> (context factory, step)); medians."""
     import torch
 
@@ -104,8 +105,10 @@ def _paired(steps: dict, blocks: int = 6, per_block: int = 5) -> dict:
             for _ in range(3):
                 step()
     torch.cuda.synchronize()
-    for _ in range(blocks):
-        for name, (ctx, step) in steps.items():
+    for block in range(blocks):
+        # ABBA order: neither side always runs first after the other (clocks, allocator state).
+        order = list(steps.items()) if block % 2 == 0 else list(steps.items())[::-1]
+        for name, (ctx, step) in order:
             with ctx():
                 for _ in range(per_block):
                     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
