@@ -127,7 +127,7 @@ def parse_log(path: str | Path) -> Iterator[LogCall]:
                     f"'I! CuDNN (v91900 56) function ...() called:'): {line[:120]!r}"
                 )
             if m is None:
-                if level in "WE":  # a warning's or error's message continued on its own line
+                if level in "WE" or line[0] in " \t":  # a message continued on its own line (" at: ...")
                     continue
                 raise LogError(f"{path}:{lineno}: expected a field line 'i!     name: ...' in the call of line "
                                f"{call.line}: {line[:120]!r}")  # fmt: skip
@@ -279,6 +279,8 @@ def conv_calls(calls: Iterable[LogCall]) -> list[ConvCall]:
     out = []
     for call in calls:
         if call.function in _LEGACY_FUNCTIONS:
+            if "convDesc" not in call.fields.children:
+                continue  # the same function's warning trace or returned status, logged as a block of its own
             out.append(_legacy_call(call))
         elif call.function == "cudnnBackendExecute":
             conv = _graph_call(call)
