@@ -5,7 +5,9 @@ Turn it on for a block (``with algosel.hook.enabled(): ...``), for the process (
 ``torch.nn.functional.conv2d`` (which every ``nn.Conv2d`` calls) is routed through :func:`conv2d`.
 
 For each convolution the forward pass, the input gradient and the weight gradient are three problems, each with
-its own predicted candidate (a custom autograd Function). Per problem, once:
+its own predicted candidate (a custom autograd Function; where all three are GEMM lowering and the forward is one
+matrix product, plain differentiable ``addmm`` on views, as ``nn.Linear``, whose autograd backward is the lowering
+of both gradients). Per problem, once:
 
 - a cuDNN engine config: the graph is planned and only the chosen plan is built, then cached; it runs on the
   current stream with workspace from PyTorch's caching allocator;
@@ -33,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from algosel.candidates.base import Candidate, CandidateError, PreparedCandidate
-from algosel.candidates.gemm import gemm_conv
+from algosel.candidates.gemm import gemm_conv, gemm_kind
 from algosel.operands import Operands, conv_args, empty_like_layout, pytorch_direction
 from algosel.problem import ConvProblem
 from algosel.selector import candidate_row, fixed_rows
@@ -57,7 +59,7 @@ def stats() -> dict[str, int]:
     its directions are counted at the forward call: one, or three where gradients are needed.
     """
     total = Counter(_counts)
-    for route in _native_routes:
+    for route in _counted_routes:
         for reason in route.reasons:
             total[reason] += route.calls
     return dict(+total)
@@ -65,23 +67,34 @@ def stats() -> dict[str, int]:
 
 def reset_stats() -> None:
     _counts.clear()
-    for route in _native_routes:
+    for route in _counted_routes:
         route.calls = 0
 
 
 @dataclass
 class _Route:
-    """What one call signature (shapes, strides, dtypes, geometry, grad and autocast state) does: ``problem`` runs
-    through the autograd Function, or ``problem is None`` and the call goes natively to PyTorch, its directions
-    counted under ``reasons`` (counted per call here, expanded by :func:`stats`, to keep the native path cheap)."""
+    """What one call signature (shapes, strides, dtypes, geometry, grad, autocast and TF32 state) does.
 
-    problem: ConvProblem | None
+    ``kind``:
+
+    - ``"native"``: PyTorch's own conv2d (every direction the call needs passes through);
+    - ``"gemm"``: every direction is GEMM lowering and the lowering is one matrix product (fully connected mode, or
+      a channels-last pointwise conv): the forward runs as differentiable ``addmm``/``matmul`` on views, whose
+      autograd backward *is* the lowering of both gradients, as ``nn.Linear`` runs, with no Python in backward;
+    - ``"function"``: the autograd Function, each direction through its own plan.
+
+    Native and GEMM routes count their directions under ``reasons``, per call here and expanded by :func:`stats`
+    (one integer increment keeps the per-call cost down).
+    """
+
+    kind: str
+    problem: ConvProblem | None = None
     reasons: tuple[str, ...] = ()
     calls: int = 0
 
 
-#: Native routes of every executor (their call counts feed :func:`stats`).
-_native_routes: list[_Route] = []
+#: Routes counted by call (native and GEMM routes of every executor), for :func:`stats`.
+_counted_routes: list[_Route] = []
 
 
 # ------------------------------------------------------------------------------------------------ executors
@@ -190,21 +203,39 @@ class Executor:
             dirs = self._directions[problem] = {p.direction: p for p in problem.directions()}
         return dirs
 
-    def route(self, key: tuple, problem: ConvProblem, device: torch.device, needs_grad: bool) -> _Route:
+    def route(self, key: tuple, problem: ConvProblem, device: torch.device, grads: tuple[bool, bool]) -> _Route:
         """How calls with signature ``key`` run: natively in PyTorch when every direction the call needs passes
         through (no autograd Function or plan lookup on later calls), else through the Function. Memoised by
         ``key``, which the caller builds from the call's arguments without validating a problem."""
         route = self._routes.get(key)
         if route is None:
-            directions = problem.directions() if needs_grad else [problem]
+            # The forward, and each gradient the call's autograd will compute: (input, weight) requires_grad.
+            dirs = self.directions_of(problem)
+            directions = [problem] + [dirs[d] for d, g in zip(("bwd_data", "bwd_filter"), grads) if g]
             plans = [self.plan(p, device) for p in directions]
             if all(p.runner is None for p in plans):
-                route = _Route(None, tuple(p.path for p in plans))
-                _native_routes.append(route)
+                route = _Route("native", None, tuple(p.path for p in plans))
+                _counted_routes.append(route)
+            elif all(p.path == "gemm" for p in plans) and _one_matrix_product(problem):
+                route = _Route("gemm", problem, tuple(p.path for p in plans))
+                _counted_routes.append(route)
             else:
-                route = _Route(problem)
+                route = _Route("function", problem)
             self._routes[key] = route
         return route
+
+
+def _one_matrix_product(problem: ConvProblem) -> bool:
+    """Whether the forward lowering is a single GEMM on views (so autograd's backward is the lowering of both
+    gradients), in the math mode the records measured: TF32 for ``float32``, which in autograd's backward follows
+    ``torch.backends.cuda.matmul.allow_tf32``. NCHW pointwise is a batched product whose autograd weight gradient
+    is not the measured lowering."""
+    kind = gemm_kind(problem)
+    if kind is None or (kind == "pointwise" and problem.layout != "nhwc"):
+        return False
+    if problem.dtype in ("float16", "bfloat16"):
+        return True
+    return torch.backends.cuda.matmul.allow_tf32 == (problem.dtype == "float32")
 
 
 class _GemmRunner(PreparedCandidate):
@@ -347,12 +378,12 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     device_type = x.device.type
     # Under autocast, conv2d runs in autocast's dtype (float32 inputs are cast below F.conv2d).
     cast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
-    needs_grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
+    grads = (x.requires_grad, w.requires_grad) if torch.is_grad_enabled() else (False, False)
     # Everything the route depends on, read without validating anything: the steady-state cost of a call is
     # building this key and one dict lookup (the hook's host overhead is what decides whether it pays).
     key = (x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype, w.device,
-           None if b is None else (b.shape, b.dtype, b.device), stride, padding, dilation, groups, needs_grad, cast,
-           torch.backends.cudnn.allow_tf32)  # fmt: skip
+           None if b is None else (b.shape, b.dtype, b.device), stride, padding, dilation, groups, grads, cast,
+           torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)  # fmt: skip
     try:
         route = ex._routes.get(key)
     except TypeError:  # list arguments (F.conv2d accepts them)
@@ -360,10 +391,10 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         key = key[:9] + (stride, padding, dilation) + key[12:]
         route = ex._routes.get(key)
     if route is None:
-        route = _first_call(ex, key, x, w, b, stride, padding, dilation, groups, cast, needs_grad)
+        route = _first_call(ex, key, x, w, b, stride, padding, dilation, groups, cast, grads)
         if route is None:  # counted by _first_call
             return _original_conv2d(x, w, b, stride, padding, dilation, groups)
-    if route.problem is None:
+    if route.kind == "native":
         route.calls += 1
         # PyTorch's native path gets the uncast tensors, so that autocast casts them itself and reuses its cache
         # of cast weights.
@@ -372,10 +403,13 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         x, w = x.to(cast), w.to(cast)
         b = b.to(cast) if b is not None else None
     with torch.autocast(device_type, enabled=False):
+        if route.kind == "gemm":
+            route.calls += 1
+            return gemm_conv(route.problem, x, w, b)
         return _Conv2dFunction.apply(x, w, b, route.problem, ex)
 
 
-def _first_call(ex: Executor, key, x, w, b, stride, padding, dilation, groups, cast, needs_grad) -> _Route | None:
+def _first_call(ex: Executor, key, x, w, b, stride, padding, dilation, groups, cast, grads) -> _Route | None:
     """Validate a new call signature and plan it; ``None`` (counted) when PyTorch should take it unmemoised."""
     # Anything PyTorch would reject goes to PyTorch, so the user gets PyTorch's own error.
     if (x.dim() != 4 or w.dim() != 4 or x.device != w.device or (b is not None and b.device != x.device)
@@ -392,11 +426,11 @@ def _first_call(ex: Executor, key, x, w, b, stride, padding, dilation, groups, c
         return None
     problem, reason = _problem(x, w, stride, padding, dilation, groups, dtype)
     if problem is None:
-        route = _Route(None, (reason,))
-        _native_routes.append(route)
+        route = _Route("native", None, (reason,))
+        _counted_routes.append(route)
         ex._routes[key] = route
         return route
-    return ex.route(key, problem, x.device, needs_grad)
+    return ex.route(key, problem, x.device, grads)
 
 
 # ------------------------------------------------------------------------------------------------ switches

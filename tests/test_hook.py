@@ -90,8 +90,9 @@ def test_autocast_lowers_the_inputs_like_pytorch(executor):
             got = conv(x)
     assert got.dtype == ref.dtype == torch.bfloat16
     torch.testing.assert_close(got, ref, rtol=0, atol=0)  # PyTorch's own path, with autocast's own casts
-    # The shipped model knows float32 and float16: the forward and both gradients stay with PyTorch.
-    assert hook.stats() == {"pytorch:dtype not covered": 3}
+    # The shipped model knows float32 and float16: the forward and the weight gradient (the input needs none) stay
+    # with PyTorch.
+    assert hook.stats() == {"pytorch:dtype not covered": 2}
 
 
 def test_autocast_to_a_covered_dtype_runs_the_hooks_path(executor):
@@ -205,3 +206,21 @@ def test_repeated_calls_reuse_the_route_and_are_all_counted(executor):
     assert len(executor._routes) == 1
     hook.reset_stats()
     assert hook.stats() == {}
+
+
+def test_fully_connected_mode_runs_as_plain_differentiable_gemms_when_matmul_tf32_matches(executor):
+    """Where every direction is GEMM lowering and the math mode is the one measured, the hook leaves the backward to
+    autograd (no Python Function, like nn.Linear), with the same results."""
+    x = torch.randn(16, 32, 5, 5, requires_grad=True)
+    w = torch.randn(64, 32, 5, 5, requires_grad=True)
+    b = torch.randn(64, requires_grad=True)
+    matmul = torch.backends.cuda.matmul
+    saved, matmul.allow_tf32 = matmul.allow_tf32, True  # float32 convs allow TF32 (cudnn.allow_tf32) by default
+    try:
+        with hook.enabled(executor):
+            y = _compare(REF, F.conv2d, [x, w, b], atol=1e-3, rtol=1e-3)
+            route = next(iter(executor._routes.values()))
+    finally:
+        matmul.allow_tf32 = saved
+    assert route.kind == "gemm" and "Conv2dFunction" not in type(y.grad_fn).__name__
+    assert hook.stats() == {"gemm": 3}

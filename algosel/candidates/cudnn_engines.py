@@ -90,6 +90,7 @@ class CudnnEngineSpace(CandidateSpace):
 
     def __init__(self):
         self._handle = None
+        self._stream: int | None = None
         self._state: dict[str, _ProblemState] = {}
 
     def available(self) -> str | None:
@@ -105,7 +106,10 @@ class CudnnEngineSpace(CandidateSpace):
         cudnn = _cudnn()
         if self._handle is None:
             self._handle = cudnn.create_handle()
-        cudnn.set_stream(self._handle, torch.cuda.current_stream().cuda_stream)
+        stream = torch.cuda.current_stream().cuda_stream
+        if stream != self._stream:  # rebinding costs microseconds on every call of the hook; do it on change only
+            cudnn.set_stream(self._handle, stream)
+            self._stream = stream
         return self._handle
 
     # ----------------------------------------------------------------------------------------- graphs
