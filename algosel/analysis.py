@@ -7,6 +7,12 @@ A *selector* maps a problem to one candidate. The baselines are read off the rec
 - ``pytorch_default``: PyTorch's own convolution with ``cudnn.benchmark = False``;
 - ``best``: the fastest correct candidate of any space (engine configs, GEMM lowering, PyTorch's default).
 
+Records of cuDNN's legacy algorithms (space ``legacy``) rank them by the legacy ``cudnnGet*Algorithm_v7`` heuristic
+(as ``rank_a``). Alone, they are analysed like the rest (``heuristic_a`` is then the v7 heuristic's choice). Mixed
+with engine-config records of the same problems, the heuristics above are read off the engine configs, and two more
+columns compare the APIs: ``heuristic_v7`` (the v7 heuristic's choice) and ``best_legacy`` (the fastest legacy
+algorithm); ``best`` is then the fastest of everything.
+
 The *time ratio* of a selector on a problem is its candidate's median time over the best one's (1.0 = best).
 """
 
@@ -58,12 +64,18 @@ def per_problem(frame: pd.DataFrame, extra: Mapping[str, pd.Series] | None = Non
         best_idx, ["problem_key", "direction", "dtype", "layout", "source", "candidate_id", "space", "time_ms_median"]
     ].set_index("problem_key")
     out = out.rename(columns={"candidate_id": "best_candidate", "space": "best_space", "time_ms_median": "best"})
+    legacy = ok["space"] == "legacy"
+    # cuDNN's graph API lists rank the engine configs; alone, legacy records' rank_a is the v7 heuristic's.
+    ranked = ok[~legacy] if (~legacy).any() else ok
     chosen = {
-        "heuristic_a": _first_by_rank(ok, "rank_a"),
-        "heuristic_b": _first_by_rank(ok, "rank_b"),
+        "heuristic_a": _first_by_rank(ranked, "rank_a"),
+        "heuristic_b": _first_by_rank(ranked, "rank_b"),
         "pytorch_default": _fastest(ok[ok["space"] == "pytorch"]),
         "gemm": _fastest(ok[ok["space"] == "gemm"]),
     }
+    if legacy.any() and (~legacy).any():
+        chosen["heuristic_v7"] = _first_by_rank(ok[legacy], "rank_a")
+        chosen["best_legacy"] = _fastest(ok[legacy])
     for name, picks in chosen.items():
         out[name] = picks["time_ms_median"]
         out[f"{name}_candidate"] = picks["candidate_id"]
@@ -112,6 +124,30 @@ def comparison_table(table: pd.DataFrame, selectors: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: The comparisons of :func:`legacy_comparison`: (label, numerator column, denominator column).
+LEGACY_RATIOS: tuple[tuple[str, str, str], ...] = (
+    ("v7 heuristic / best legacy algorithm", "heuristic_v7", "best_legacy"),
+    ("best legacy algorithm / best of everything", "best_legacy", "best"),
+    ("v7 heuristic / best of everything", "heuristic_v7", "best"),
+    ("graph API mode A / best of everything", "heuristic_a", "best"),
+)
+
+
+def legacy_comparison(table: pd.DataFrame) -> pd.DataFrame:
+    """On problems measured in both APIs (a :func:`per_problem` table of mixed records): how far the legacy v7
+    heuristic is from the best legacy algorithm, and the best legacy algorithm from the best of every candidate
+    (engine configs, GEMM lowering, PyTorch's default), overall and per direction and dtype."""
+    if "best_legacy" not in table:
+        raise ValueError("the records hold no legacy algorithms next to engine configs of the same problems")
+    both = table.dropna(subset=["best_legacy", "heuristic_a"])
+    rows = []
+    slices = [("all", "all", both)] + [(g, str(v), part) for g in ("direction", "dtype") for v, part in both.groupby(g)]
+    for group, value, part in slices:
+        for label, num, den in LEGACY_RATIOS:
+            rows.append({"group": group, "value": value, "comparison": label, **selector_stats(part[num] / part[den])})
+    return pd.DataFrame(rows)
+
+
 def summarize(frame: pd.DataFrame, worst: int = 10) -> str:
     """The text report of ``algosel summarize``."""
     table = per_problem(frame)
@@ -141,6 +177,14 @@ def summarize(frame: pd.DataFrame, worst: int = 10) -> str:
         f"Best candidate by space: {table['best_space'].value_counts().to_dict()}",
         "",
     ]
+    if "best_legacy" in table:
+        comp_legacy = legacy_comparison(table)
+        overall = comp_legacy[comp_legacy["group"] == "all"]
+        lines.append(f"Legacy API ({int(overall['problems'].iloc[0])} problems measured in both APIs):")
+        for _, r in overall.iterrows():
+            lines.append(f"  {r['comparison']:45s} geomean {r['geomean']:.3f}  p95 {r['p95']:.2f}  "
+                         f"within 5% {100 * r['within_5pct']:.1f}%  worst {r['worst']:.1f}x")  # fmt: skip
+        lines.append("")
     for sel in selectors:
         ratio = (table[sel] / table["best"]).sort_values(ascending=False).head(worst)
         lines.append(f"Worst {len(ratio)} cases of {sel}:")

@@ -48,6 +48,7 @@ LABELS = {
 COLORS = dict(zip(KNOWN_SELECTORS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")))
 DEFAULT_WORST = 10
 CDF_PNG, WHOLE_NETWORKS_PNG, HELD_OUT_NETWORKS_PNG = "cdf.png", "network_totals.png", "network_totals_held_out.png"
+LEGACY_PNG = "legacy.png"
 
 
 class ReportError(ValueError):
@@ -136,6 +137,11 @@ def compare(
         notes.append(f"{len(frame) - len(kept):,} records of other environments left out")
     frame = kept
     used_envs = [envs[e] for e in sorted(frame["env_id"].unique())]
+    if set(frame["space"]) == {"legacy"}:
+        notes.append(
+            "these records are of cuDNN's legacy algorithms only: 'cuDNN heuristic mode A' is here the legacy "
+            "API's cudnnGet*Algorithm_v7 ranking, and the other baselines do not apply"
+        )
 
     everything = add_gemm_else_a(per_problem(frame))
     if sel is not None:
@@ -233,6 +239,32 @@ def cdf_figure(table: pd.DataFrame, selectors: Sequence[str], title: str = "") -
     _ratio_axis(ax, float(r.max().max()))
     ax.axvline(1.05, color="0.5", linestyle=":", linewidth=1, label="5% slower than the best")
     ax.set_xlabel("time of the selector's choice / best measured time (log)")
+    ax.set_ylabel("share of problems")
+    ax.set_ylim(0, 1.01)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right", fontsize="small")
+    ax.set_title(title, fontsize="medium")
+    return fig
+
+
+def legacy_figure(table: pd.DataFrame, title: str = "") -> Figure:
+    """Empirical CDF of the legacy API's ratios (:data:`algosel.analysis.LEGACY_RATIOS`) on the problems measured
+    in both APIs."""
+    from matplotlib.figure import Figure
+
+    from algosel.analysis import LEGACY_RATIOS
+
+    fig = Figure(figsize=(8, 4.8), layout="constrained")
+    ax = fig.subplots()
+    both = table.dropna(subset=["best_legacy", "heuristic_a"])
+    largest = 1.0
+    for (label, num, den), color in zip(LEGACY_RATIOS, ("tab:orange", "tab:brown", "tab:red", "tab:gray")):
+        r = (both[num] / both[den]).dropna()
+        ax.ecdf(r, label=f"{label} ({len(r):,})", color=color, linestyle="--" if num == "heuristic_a" else "-")
+        largest = max(largest, float(r.max()))
+    _ratio_axis(ax, largest)
+    ax.axvline(1.05, color="0.5", linestyle=":", linewidth=1, label="5% slower")
+    ax.set_xlabel("time ratio (log)")
     ax.set_ylabel("share of problems")
     ax.set_ylim(0, 1.01)
     ax.grid(True, which="both", alpha=0.3)
@@ -376,6 +408,24 @@ def _page(cmp: Comparison, data: list[str], model_dir: str | None, worst: int, f
             f"<p class='note'>The model's top-scored candidate was invalid (it fell through to the next) on "
             f"{int(table['invalid_top1'].sum())} of {len(table):,} problems.</p>"
         )
+    if "legacy" in figures:
+        from algosel.analysis import legacy_comparison
+
+        legacy = legacy_comparison(table)
+        shown = legacy.copy()
+        for col in ("geomean", "p95", "worst"):
+            shown[col] = shown[col].map(_ratio)
+        for col in ("within_5pct", "top1"):
+            shown[col] = shown[col].map(_pct)
+        parts += [
+            "<h2>Legacy API: cudnnConvolution* algorithms against engine configs</h2>",
+            "<p class='note'>On the problems measured with both APIs: the legacy heuristic "
+            "(<code>cudnnGet*Algorithm_v7</code>, first listed algorithm that ran correctly) against the best legacy "
+            "algorithm, and the best legacy algorithm against the best of every candidate (engine configs of the "
+            "graph API, GEMM lowering, PyTorch's default). Dashed: the graph API's mode A, for reference.</p>",
+            f'<img src="{figures["legacy"]}" alt="CDF of legacy API time ratios">',
+            f'<div class="wide">{shown.to_html(index=False, border=0)}</div>',
+        ]
     parts.append(f"<h2>Worst cases (top {worst} per selector)</h2>")
     for sel in selectors:
         cases = worst_cases(table, sel, worst)
@@ -443,6 +493,9 @@ def build_report(
         network_figure(cmp.held_out_networks, cmp.selectors, "calls of held-out shapes only").savefig(
             out / HELD_OUT_NETWORKS_PNG, dpi=110
         )
+    if "best_legacy" in cmp.table:
+        figures["legacy"] = LEGACY_PNG
+        legacy_figure(cmp.table, "problems measured with both APIs").savefig(out / LEGACY_PNG, dpi=110)
     data = [str(data_dir)] if isinstance(data_dir, (str, Path)) else [str(d) for d in data_dir]
     page = _page(cmp, data, None if model_dir is None else str(model_dir), worst, figures)
     index = out / "index.html"
