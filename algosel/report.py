@@ -226,51 +226,46 @@ def _ratio_axis(ax: Any, largest: float) -> None:
     ax.set_xlim(1, top)
 
 
-def cdf_figure(table: pd.DataFrame, selectors: Sequence[str], title: str = "") -> Figure:
-    """Empirical CDF of each selector's time ratio to the best, log-x, one line per selector."""
+def _cdf_figure(curves: Sequence[tuple[str, pd.Series, str, str]], xlabel: str, title: str) -> Figure:
+    """Empirical CDFs of time ratios on a log-x axis: one (label, ratios, colour, line style) per curve."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 4.8), layout="constrained")
     ax = fig.subplots()
-    r = ratios(table, selectors)
-    for sel in selectors:
-        if r[sel].notna().any():
-            ax.ecdf(r[sel].dropna(), label=f"{LABELS[sel]} ({r[sel].notna().sum():,})", color=COLORS[sel])
-    _ratio_axis(ax, float(r.max().max()))
+    largest = 1.0
+    for label, values, color, style in curves:
+        r = values.dropna()
+        if len(r):
+            ax.ecdf(r, label=f"{label} ({len(r):,})", color=color, linestyle=style)
+            largest = max(largest, float(r.max()))
+    _ratio_axis(ax, largest)
     ax.axvline(1.05, color="0.5", linestyle=":", linewidth=1, label="5% slower than the best")
-    ax.set_xlabel("time of the selector's choice / best measured time (log)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("share of problems")
     ax.set_ylim(0, 1.01)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="lower right", fontsize="small")
     ax.set_title(title, fontsize="medium")
     return fig
+
+
+def cdf_figure(table: pd.DataFrame, selectors: Sequence[str], title: str = "") -> Figure:
+    """Empirical CDF of each selector's time ratio to the best, log-x, one line per selector."""
+    r = ratios(table, selectors)
+    curves = [(LABELS[sel], r[sel], COLORS[sel], "-") for sel in selectors]
+    return _cdf_figure(curves, "time of the selector's choice / best measured time (log)", title)
 
 
 def legacy_figure(table: pd.DataFrame, title: str = "") -> Figure:
     """Empirical CDF of the legacy API's ratios (:data:`algosel.analysis.LEGACY_RATIOS`) on the problems measured
-    in both APIs."""
-    from matplotlib.figure import Figure
-
+    in both APIs; the graph API's mode A dashed, for reference."""
     from algosel.analysis import LEGACY_RATIOS
 
-    fig = Figure(figsize=(8, 4.8), layout="constrained")
-    ax = fig.subplots()
     both = table.dropna(subset=["best_legacy", "heuristic_a"])
-    largest = 1.0
-    for (label, num, den), color in zip(LEGACY_RATIOS, ("tab:orange", "tab:brown", "tab:red", "tab:gray")):
-        r = (both[num] / both[den]).dropna()
-        ax.ecdf(r, label=f"{label} ({len(r):,})", color=color, linestyle="--" if num == "heuristic_a" else "-")
-        largest = max(largest, float(r.max()))
-    _ratio_axis(ax, largest)
-    ax.axvline(1.05, color="0.5", linestyle=":", linewidth=1, label="5% slower")
-    ax.set_xlabel("time ratio (log)")
-    ax.set_ylabel("share of problems")
-    ax.set_ylim(0, 1.01)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right", fontsize="small")
-    ax.set_title(title, fontsize="medium")
-    return fig
+    colors = ("tab:orange", "tab:brown", "tab:red", "tab:gray")
+    curves = [(label, both[num] / both[den], color, "--" if num == "heuristic_a" else "-")
+              for (label, num, den), color in zip(LEGACY_RATIOS, colors)]  # fmt: skip
+    return _cdf_figure(curves, "time ratio (log)", title)
 
 
 def network_figure(totals: pd.DataFrame, selectors: Sequence[str], title: str = "") -> Figure:

@@ -142,21 +142,7 @@ def run_paired(case: str) -> dict:
             "matmul": (contextlib.nullcontext, lambda: linear(x.flatten(1)).sum().backward()),
         }
     else:
-        import torchvision
-
-        model = torchvision.models.resnet50().cuda()
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        xb = torch.randn(32, 3, 224, 224, device="cuda")
-        target = torch.randint(0, 1000, (32,), device="cuda")
-        amp = case.endswith("amp")
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
-                loss = torch.nn.functional.cross_entropy(model(xb), target)
-            loss.backward()
-            opt.step()
-
+        step = _resnet_step(amp=case.endswith("amp"))
         steps = {"algosel": (hook.enabled, step), "default": (contextlib.nullcontext, step)}
     executor = hook.Executor()
     steps["algosel"] = (lambda: hook.enabled(executor), steps["algosel"][1])
@@ -202,7 +188,8 @@ def run_fpn(mode: str) -> dict:
     return out
 
 
-def run_resnet(kind: str, mode: str) -> dict:
+def _resnet_step(amp: bool):
+    """A ResNet-50 training step (batch 32, 224x224, SGD), float32 or float16 autocast."""
     import torch
     import torchvision
 
@@ -210,7 +197,6 @@ def run_resnet(kind: str, mode: str) -> dict:
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(32, 3, 224, 224, device="cuda")
     target = torch.randint(0, 1000, (32,), device="cuda")
-    amp = kind == "amp"
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -219,6 +205,12 @@ def run_resnet(kind: str, mode: str) -> dict:
         loss.backward()
         opt.step()
 
+    return step
+
+
+def run_resnet(kind: str, mode: str) -> dict:
+
+    step = _resnet_step(amp=kind == "amp")
     with _mode_context(mode):
         ms = _events_median(step, 5, 15)
     out = {"step_ms": ms}
