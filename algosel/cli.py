@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from algosel.problem import DTYPES, LAYOUTS
 
@@ -276,7 +277,11 @@ def cmd_analyze_log(args) -> int:
         raise CliError(str(exc)) from None
     if not calls:
         raise CliError(f"{args.log}: the log shows no convolution call (cudnnConvolution* or a conv graph)")
-    records = load_records(*args.data)[0] if args.data else pd.DataFrame()
+    data = args.data
+    if data is None:  # the shipped records, wherever the command is run from
+        root = Path(__file__).resolve().parent.parent / "data" / "sweeps"
+        data = [str(d) for d in (root / "h200", root / "h200-legacy") if d.is_dir()]
+    records = load_records(*data)[0] if data else pd.DataFrame()
     selectors = {}
     for api, space, path in (("graph", "cudnn", args.model), ("legacy", "legacy", args.legacy_model)):
         try:
@@ -425,8 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--data",
         nargs="*",
-        default=["data/sweeps/h200", "data/sweeps/h200-legacy"],
-        help="sweep records to price the calls from",
+        default=None,
+        help="sweep records to price the calls from (default: the shipped data/sweeps/h200 and h200-legacy)",
     )
     p.add_argument("--model", default=None, help="engine-config selector for graph API calls (default: shipped)")
     p.add_argument("--legacy-model", default=None, help="legacy selector for legacy API calls (default: shipped)")
