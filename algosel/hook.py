@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from algosel.candidates.base import Candidate, CandidateError, PreparedCandidate
 from algosel.candidates.gemm import gemm_conv, gemm_kind
-from algosel.operands import Operands, conv_args, empty_like_layout, pytorch_direction
+from algosel.operands import OUTPUT_ROLE, Operands, conv_args, empty_like_layout, pytorch_direction
 from algosel.problem import ConvProblem
 from algosel.selector import candidate_row, fixed_rows
 
@@ -311,11 +311,9 @@ def _run(ex: Executor, problem: ConvProblem, ops: Operands, fallback: Callable[[
         if isinstance(plan.runner, _GemmRunner):
             out = plan.runner.run(ops, bias)
         else:
-            d = problem.direction
-            role = "y" if d == "fwd" else "x" if d == "bwd_data" else "w"
-            shape = problem.y_shape if d == "fwd" else problem.x_shape if d == "bwd_data" else problem.w_shape
+            role = OUTPUT_ROLE[problem.direction]
             like = ops.y if ops.y is not None else ops.x
-            setattr(ops, role, empty_like_layout(shape, problem, like.device))
+            setattr(ops, role, empty_like_layout(getattr(problem, f"{role}_shape"), problem, like.device))
             out = plan.runner.run(ops)
             if bias is not None:
                 out = out + bias.view(1, -1, 1, 1)

@@ -30,6 +30,10 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
 TOLERANCE: dict[str, float] = {"float32": 5e-3, "float32_strict": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}
 
 
+#: The operand each direction produces (see the module docstring).
+OUTPUT_ROLE: dict[str, str] = {"fwd": "y", "bwd_data": "x", "bwd_filter": "w"}
+
+
 @dataclass
 class Operands:
     """One set of operand tensors for a problem (see the module docstring for the roles)."""
@@ -37,6 +41,10 @@ class Operands:
     x: torch.Tensor
     w: torch.Tensor
     y: torch.Tensor
+
+    def output(self, direction: str) -> torch.Tensor:
+        """The tensor a direction writes: y, x (dx) or w (dw)."""
+        return getattr(self, OUTPUT_ROLE[direction])
 
     def inputs(self, direction: str) -> tuple[torch.Tensor, torch.Tensor]:
         """The two tensors a direction reads, in the order (x, w), (dy, w) or (x, dy)."""

@@ -89,10 +89,6 @@ def _row(problem: ConvProblem, source: str, cand: Candidate, env_id: str, **meas
     return row
 
 
-def _output_of(problem: ConvProblem, ops) -> torch.Tensor:
-    return {"fwd": ops.y, "bwd_data": ops.x, "bwd_filter": ops.w}[problem.direction]
-
-
 class Sweeper:
     """Measures the candidates of ``spaces`` on problems (see the module docstring).
 
@@ -171,7 +167,7 @@ class Sweeper:
                 reason = f"needs {workspace} bytes, limit {self.workspace_limit_bytes}"
                 return row(status="workspace_exceeded", reason=reason)
             # Poison the output so that elements the candidate fails to write cannot pass the check.
-            _output_of(problem, opsets[0]).fill_(math.nan)
+            opsets[0].output(problem.direction).fill_(math.nan)
             try:
                 out = prepared.run(opsets[0])
                 self._sync()

@@ -76,7 +76,7 @@ class _PreparedEngine(PreparedCandidate):
         workspace = torch.empty(max(self.workspace_bytes, 1), dtype=torch.uint8, device=ops.x.device)
         t = self._mg.tensors
         d = self.problem.direction
-        out = ops.y if d == "fwd" else ops.x if d == "bwd_data" else ops.w
+        out = ops.output(d)
         pack = {t["x"]: ops.x, t["w"]: ops.w, t["y"]: ops.y}
         handle = self._space.handle_for_current_stream()
         self._mg.graph.execute_plan_at_index(pack, workspace, index=self._index, handle=handle)
