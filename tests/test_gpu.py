@@ -167,8 +167,14 @@ def test_tiny_sweep_end_to_end(tmp_path):
     frame, envs = load_records(tmp_path)
     assert set(frame["direction"]) == {"fwd", "bwd_data", "bwd_filter"}
     ok = frame[frame["status"] == "ok"]
-    # Candidates far slower than the best so far are cut short (1 or 3 repeats); the rest get at least 5.
-    assert (ok["time_ms_median"] > 0).all() and (ok["repeats"] >= 1).all() and ok["repeats"].median() >= 5
+    # Candidates far slower than the best so far (by their warm-up time: > 4x) are cut short to 1 or 3 repeats; the
+    # rest get at least 5. How many are cut depends on the shapes' spread of times, so check the rule per row: a cut
+    # row is well slower than its problem's best, and every problem has fully repeated rows.
+    assert (ok["time_ms_median"] > 0).all() and (ok["repeats"] >= 1).all()
+    best = ok.groupby("problem_key")["time_ms_median"].transform("min")
+    cut = ok["repeats"] < 5
+    assert (ok.loc[cut, "time_ms_median"] > 2 * best[cut]).all()
+    assert (ok.groupby("problem_key")["repeats"].max() >= 5).all()
     assert set(ok["space"]) == {"cudnn", "gemm", "pytorch"}
     assert "H200" in next(iter(envs.values()))["gpu_name"] or next(iter(envs.values()))["sm_count"] > 0
     assert "heuristic_a" in summarize(frame)
