@@ -26,6 +26,8 @@ from typing import Protocol
 
 import numpy as np
 
+#: Stream block before the one-call estimate: longer than the host time of any candidate's call.
+_ESTIMATE_BLOCK_MS = 2.0
 #: Cycles of the spin kernel per millisecond of block; the H200's SM clock is at most 1.98 GHz, so this never
 #: blocks for less than asked.
 _SPIN_CYCLES_PER_MS = 2_000_000
@@ -115,6 +117,9 @@ class CudaEventTimer:
         torch = self._torch
         run(0)  # first call: lazy initialisation, plan caches
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # Blocked stream, as for the repeats: without it a 20 us kernel behind a 60 us host call measures the host,
+        # and the repeat rule below took fast candidates for slow ones.
+        torch.cuda._sleep(int(_ESTIMATE_BLOCK_MS * _SPIN_CYCLES_PER_MS))
         start.record()
         t0 = time.perf_counter()
         run(1)
