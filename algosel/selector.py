@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,7 +94,7 @@ class Selector:
         self.blocked = {tuple(b) for b in manifest.get("blocked_engines", [])}
         #: Candidate spaces the model was trained on (models of schema 1 without the field: the first three).
         self.spaces: tuple[str, ...] = tuple(manifest.get("spaces", SPACES_DEFAULT))
-        self.space = "legacy" if self.spaces == ("legacy",) else "cudnn"
+        self.space = space_of(self.spaces)
         self._cache: dict[tuple, list[Choice]] = {}
         self._matrices: dict[tuple, np.ndarray] = {}  # candidate feature rows per candidate list
         self._hardware = hardware_vector(self.environment)
@@ -398,13 +398,19 @@ def new_manifest(params: RankerParams, environment: Mapping[str, Any], extra: Ma
     }
 
 
+def space_of(spaces: Iterable[str]) -> str:
+    """What a model of these candidate spaces selects: ``"legacy"`` (the legacy API's algorithms alone) or
+    ``"cudnn"`` (engine configs, GEMM lowering, PyTorch's default)."""
+    return "legacy" if list(spaces) == ["legacy"] else "cudnn"
+
+
 def model_space(directory: Path) -> str:
-    """``"legacy"`` for a legacy-algorithm selector's directory, else ``"cudnn"`` (read from its manifest)."""
+    """:func:`space_of` a model directory (read from its manifest)."""
     try:
         spaces = json.loads((directory / MANIFEST_FILE).read_text()).get("spaces", SPACES_DEFAULT)
     except (OSError, json.JSONDecodeError):
         return "cudnn"
-    return "legacy" if list(spaces) == ["legacy"] else "cudnn"
+    return space_of(spaces)
 
 
 def default_model_dir(models_root: str | Path | None = None, space: str = "cudnn") -> Path:

@@ -30,7 +30,7 @@ from algosel.evaluate import (
 )
 from algosel.ranker import Ranker, RankerParams, fingerprint
 from algosel.records import load_records
-from algosel.selector import Selector, blocked_engines, build_catalogue, new_manifest
+from algosel.selector import Selector, blocked_engines, build_catalogue, new_manifest, space_of
 
 #: The tuning grid of ``algosel train`` (objective first: it is the choice the docs discuss).
 DEFAULT_GRID: dict[str, list[Any]] = {
@@ -104,7 +104,7 @@ def train(
         "spaces": sorted(frame["space"].unique()),
     }
     manifest = new_manifest(best, env, summary)
-    legacy = summary["spaces"] == ["legacy"]
+    legacy = space_of(summary["spaces"]) == "legacy"
     out = Path(models_root) / (name or gpu_slug(env) + ("-legacy" if legacy else ""))
     Selector(ranker, manifest, build_catalogue(frame)).save(out)
     tuning.to_csv(out / "tuning.csv", index=False)
