@@ -338,9 +338,8 @@ def analyze(calls: list[ConvCall], records: pd.DataFrame, selectors: Mapping[str
     for row in groups.values():
         problem: ConvProblem | None = row.pop("_problem")
         t = times.get(problem.key, {}) if problem else {}
-        space = "legacy" if row["api"] == "legacy" else None
-        same_api = {cid: v for cid, v in t.items() if (cid.startswith("legacy:") if space else not cid.startswith(
-            "legacy:"))}  # fmt: skip
+        legacy = row["api"] == "legacy"
+        same_api = {cid: v for cid, v in t.items() if cid.startswith("legacy:") == legacy}
         pick, pick_ms = "", math.nan
         sel = selectors.get(row["api"])
         if problem is not None and sel is not None:
