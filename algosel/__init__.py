@@ -5,16 +5,16 @@ which is fastest, and use that choice instead of the vendor heuristic.
 """
 
 from algosel.problem import DIRECTIONS, DTYPES, LAYOUTS, ConvProblem
+from algosel.version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["DIRECTIONS", "DTYPES", "LAYOUTS", "ConvProblem", "__version__", "predict"]
 
 
 def __getattr__(name: str):
-    # `predict` (see algosel.api.predict) is imported on first use, so that `import algosel` stays light (no
-    # LightGBM or pandas) for the sweeper; afterwards it is a plain module attribute (no per-call cost).
+    # `predict` (see algosel.runtime.api.predict) is imported on first use, so that `import algosel` stays light
+    # (no LightGBM or pandas) for the sweeper; afterwards it is a plain module attribute (no per-call cost).
     if name == "predict":
-        from algosel.api import predict
+        from algosel.runtime.api import predict
 
         globals()["predict"] = predict
         return predict

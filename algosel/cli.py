@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from algosel.problem import DTYPES, LAYOUTS
 
@@ -24,7 +23,7 @@ def _csv_list(text: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------- sweep
 def _suite_names(text: str) -> list[str]:
-    from algosel.suites import SUITES  # noqa: PLC0415
+    from algosel.measure.suites import SUITES  # noqa: PLC0415
 
     if text in ("", "none"):
         return []
@@ -43,8 +42,8 @@ def _check_choices(option: str, values: list[str], allowed: Sequence[str]) -> li
 
 
 def _cases_from_args(args):
-    from algosel.cases import build_cases  # noqa: PLC0415
-    from algosel.grid import GridSpec  # noqa: PLC0415
+    from algosel.measure.cases import build_cases  # noqa: PLC0415
+    from algosel.measure.grid import GridSpec  # noqa: PLC0415
 
     dtypes = _check_choices("--dtypes", _csv_list(args.dtypes), DTYPES)
     layouts = _check_choices("--layouts", _csv_list(args.layouts), LAYOUTS)
@@ -59,13 +58,13 @@ def _cases_from_args(args):
 
 
 def _spaces(names: list[str]):
-    from algosel.candidates import make_space  # noqa: PLC0415
+    from algosel.spaces import make_space  # noqa: PLC0415
 
     return [make_space(n) for n in names]
 
 
 def cmd_sweep(args) -> int:
-    from algosel.sweep import parse_shard  # noqa: PLC0415
+    from algosel.measure.sweep import parse_shard  # noqa: PLC0415
 
     shard = parse_shard(args.shard)
     cases = _cases_from_args(args)
@@ -76,9 +75,9 @@ def cmd_sweep(args) -> int:
         return _launch_per_gpu(args)
     import torch  # noqa: PLC0415
 
-    from algosel.environment import collect_environment  # noqa: PLC0415
-    from algosel.sweep import Sweeper, run_sweep  # noqa: PLC0415
-    from algosel.timing import CudaEventTimer  # noqa: PLC0415
+    from algosel.measure.sweep import Sweeper, run_sweep  # noqa: PLC0415
+    from algosel.measure.timing import CudaEventTimer  # noqa: PLC0415
+    from algosel.records.environment import collect_environment  # noqa: PLC0415
 
     if not torch.cuda.is_available():
         raise CliError("sweep needs a CUDA GPU (none is visible); `algosel summarize` works on shipped records")
@@ -132,8 +131,8 @@ def _launch_per_gpu(args) -> int:
 
 # --------------------------------------------------------------------------------------------- summarize
 def cmd_summarize(args) -> int:
-    from algosel.analysis import summarize  # noqa: PLC0415
     from algosel.records import load_records  # noqa: PLC0415
+    from algosel.records.analysis import summarize  # noqa: PLC0415
 
     frame, envs = load_records(*args.data)
     for env in envs.values():
@@ -150,14 +149,14 @@ def cmd_env(args) -> int:
 
     if not torch.cuda.is_available():
         raise CliError("env describes a CUDA GPU and none is visible")
-    from algosel.environment import collect_environment  # noqa: PLC0415
+    from algosel.records.environment import collect_environment  # noqa: PLC0415
 
     print(json.dumps(collect_environment(), indent=2))
     return 0
 
 
 def cmd_grid(args) -> int:
-    from algosel.grid import GridSpec, sample_grid  # noqa: PLC0415
+    from algosel.measure.grid import GridSpec, sample_grid  # noqa: PLC0415
 
     spec = GridSpec(
         count=args.count, seed=args.seed, max_flops=args.max_flops, max_operand_bytes=args.max_operand_bytes
@@ -169,7 +168,7 @@ def cmd_grid(args) -> int:
 
 
 def cmd_suites(args) -> int:
-    from algosel.suites import DEFAULT_SUITES_DIR, write_suites  # noqa: PLC0415
+    from algosel.measure.suites import DEFAULT_SUITES_DIR, write_suites  # noqa: PLC0415
 
     names = _suite_names(args.names)
     try:
@@ -183,8 +182,8 @@ def cmd_suites(args) -> int:
 
 # -------------------------------------------------------------------------------------------- selector
 def cmd_train(args) -> int:
-    from algosel.ranker import RankerParams  # noqa: PLC0415
-    from algosel.train import DEFAULT_GRID, train  # noqa: PLC0415
+    from algosel.learn.ranker import RankerParams  # noqa: PLC0415
+    from algosel.learn.train import DEFAULT_GRID, train  # noqa: PLC0415
 
     grid = DEFAULT_GRID if not args.quick else {"objective": ["lambdarank"]}
     base = RankerParams(n_estimators=args.n_estimators, num_threads=args.threads)
@@ -211,7 +210,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from algosel.evaluate import run_evaluation  # noqa: PLC0415
+    from algosel.study.evaluation import run_evaluation  # noqa: PLC0415
 
     text = run_evaluation(args.model, args.data, args.out, lono=not args.no_lono, progress=not args.no_progress)
     print(text)
@@ -219,8 +218,8 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from algosel.api import predict  # noqa: PLC0415
     from algosel.problem import ConvProblem  # noqa: PLC0415
+    from algosel.runtime.api import predict  # noqa: PLC0415
 
     if args.key:
         problem = ConvProblem.from_key(args.key)
@@ -267,9 +266,11 @@ def cmd_predict(args) -> int:
 def cmd_analyze_log(args) -> int:
     import pandas as pd  # noqa: PLC0415
 
-    from algosel.logs import LogError, analyze, conv_calls, parse_log, summary  # noqa: PLC0415
+    from algosel.learn.artifact import SelectorError  # noqa: PLC0415
+    from algosel.learn.models import load_default  # noqa: PLC0415
+    from algosel.learn.selector import Selector  # noqa: PLC0415
     from algosel.records import load_records  # noqa: PLC0415
-    from algosel.selector import Selector, SelectorError, load_default  # noqa: PLC0415
+    from algosel.study.logs import LogError, analyze, conv_calls, parse_log, summary  # noqa: PLC0415
 
     try:
         calls = conv_calls(parse_log(args.log))
@@ -277,11 +278,6 @@ def cmd_analyze_log(args) -> int:
         raise CliError(str(exc)) from None
     if not calls:
         raise CliError(f"{args.log}: the log shows no convolution call (cudnnConvolution* or a conv graph)")
-    data = args.data
-    if data is None:  # the shipped records, wherever the command is run from
-        root = Path(__file__).resolve().parent.parent / "data" / "sweeps"
-        data = [str(d) for d in (root / "h200", root / "h200-legacy") if d.is_dir()]
-    records = load_records(*data)[0] if data else pd.DataFrame()
     selectors = {}
     for api, space, path in (("graph", "cudnn", args.model), ("legacy", "legacy", args.legacy_model)):
         try:
@@ -290,6 +286,11 @@ def cmd_analyze_log(args) -> int:
             )
         except SelectorError as exc:
             print(f"algosel analyze-log: no {space} selector ({exc}); its column stays empty", file=sys.stderr)
+    if args.data is not None:
+        records = load_records(*args.data)[0] if args.data else pd.DataFrame()
+    else:  # the records the selectors were trained on, which every model carries in its catalogue
+        frames = [sel.catalogue.frame for sel in selectors.values()]
+        records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     measured = _measure_unrecorded(calls, records) if args.measure else None
     table = analyze(calls, records, selectors, measured)
     if args.csv:
@@ -307,9 +308,9 @@ def _measure_unrecorded(calls, records):
     """Sweep, on this GPU, the problems of ``calls`` the records lack (legacy calls: the legacy space)."""
     import torch  # noqa: PLC0415
 
-    from algosel.environment import collect_environment  # noqa: PLC0415
-    from algosel.sweep import Sweeper  # noqa: PLC0415
-    from algosel.timing import CudaEventTimer  # noqa: PLC0415
+    from algosel.measure.sweep import Sweeper  # noqa: PLC0415
+    from algosel.measure.timing import CudaEventTimer  # noqa: PLC0415
+    from algosel.records.environment import collect_environment  # noqa: PLC0415
 
     if not torch.cuda.is_available():
         raise CliError("--measure needs a CUDA GPU (none is visible)")
@@ -431,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--data",
         nargs="*",
         default=None,
-        help="sweep records to price the calls from (default: the shipped data/sweeps/h200 and h200-legacy)",
+        help="sweep records to price the calls from (default: the records of the selectors, from their catalogues)",
     )
     p.add_argument("--model", default=None, help="engine-config selector for graph API calls (default: shipped)")
     p.add_argument("--legacy-model", default=None, help="legacy selector for legacy API calls (default: shipped)")
@@ -445,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--names", default="all")
     p.set_defaults(func=cmd_suites)
 
-    from algosel.report import add_parser as add_report_parser  # noqa: PLC0415
+    from algosel.study.report import add_parser as add_report_parser  # noqa: PLC0415
 
     add_report_parser(sub)
     return parser

@@ -1,4 +1,4 @@
-"""Operand tensors for a problem, its numeric mode, and the float64 reference result.
+"""Operand tensors for a problem, its numeric mode, and the reference result (float32 with TF32 off).
 
 Every direction uses the same three tensors ``x`` (input), ``w`` (weight) and ``y`` (output): ``fwd`` reads
 ``x, w`` and produces ``y``; ``bwd_data`` reads ``y`` (as dy) and ``w`` and produces ``x`` (dx);
@@ -16,18 +16,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from algosel.problem import ConvProblem
+from algosel.problem import DTYPE_TABLE, ConvProblem
 
-TORCH_DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float32_strict": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
+#: The torch storage dtype of each problem dtype (from :data:`~algosel.problem.DTYPE_TABLE`).
+TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, d.torch_name) for name, d in DTYPE_TABLE.items()}
 
-#: Largest relative L2 error ``|out - ref| / |ref|`` accepted against the float64 reference. TF32 keeps a
-#: 10-bit mantissa (~5e-4 per product), half types 10/7 bits; the sums are accumulated in float32.
-TOLERANCE: dict[str, float] = {"float32": 5e-3, "float32_strict": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}
+#: Largest relative L2 error accepted against the reference, per dtype (see :class:`~algosel.problem.DType`).
+TOLERANCE: dict[str, float] = {name: d.tolerance for name, d in DTYPE_TABLE.items()}
 
 
 #: The operand each direction produces (see the module docstring).
@@ -143,7 +138,7 @@ def math_mode(problem: ConvProblem) -> Iterator[None]:
     one stated math mode; ``float32_strict`` forbids it in both. cuDNN's benchmark mode is turned off, so
     that PyTorch's default path is the heuristic's choice, as users get it.
     """
-    allow = problem.dtype == "float32"
+    allow = DTYPE_TABLE[problem.dtype].tf32
     cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
     saved = (cudnn.allow_tf32, matmul.allow_tf32, cudnn.benchmark, cudnn.deterministic)
     cudnn.allow_tf32, matmul.allow_tf32, cudnn.benchmark, cudnn.deterministic = allow, allow, False, False

@@ -21,11 +21,49 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: Numeric types. ``float32`` is PyTorch's default for convolutions: float32 storage with TF32 tensor-core
-#: math allowed. ``float32_strict`` forbids TF32. Both half types accumulate in float32.
-DTYPES: tuple[str, ...] = ("float32", "float32_strict", "float16", "bfloat16")
+
+@dataclass(frozen=True)
+class DType:
+    """One numeric type of a problem: its storage and its math mode.
+
+    ``float32`` is PyTorch's default for convolutions: float32 storage with TF32 tensor-core math allowed;
+    ``float32_strict`` forbids TF32. Both half types accumulate in float32.
+    """
+
+    name: str
+    element_bytes: int
+    torch_name: str  # the storage dtype's name in torch
+    tf32: bool  # TF32 math allowed (cuDNN's and cuBLAS's switches are set to this while measuring)
+    cudnn_data_type: str  # cuDNN's data type of the storage (CUDNN_DATA_<this>)
+    #: Largest relative L2 error ``|out - ref| / |ref|`` accepted against the float32 (TF32 off) reference. TF32
+    #: keeps a 10-bit mantissa (~5e-4 per product), half types 10/7 bits; the sums are accumulated in float32.
+    tolerance: float
+
+
+#: The dtype table: the one definition of every numeric type algosel knows (everything else derives from it).
+DTYPE_TABLE: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("float32", 4, "float32", True, "FLOAT", 5e-3),
+        DType("float32_strict", 4, "float32", False, "FLOAT", 1e-4),
+        DType("float16", 2, "float16", False, "HALF", 5e-3),
+        DType("bfloat16", 2, "bfloat16", False, "BFLOAT16", 3e-2),
+    )
+}
+#: Numeric type names, in table order.
+DTYPES: tuple[str, ...] = tuple(DTYPE_TABLE)
 #: Bytes per element of each numeric type's storage.
-DTYPE_BYTES: dict[str, int] = {"float32": 4, "float32_strict": 4, "float16": 2, "bfloat16": 2}
+DTYPE_BYTES: dict[str, int] = {name: d.element_bytes for name, d in DTYPE_TABLE.items()}
+
+
+def dtype_of(torch_name: str, tf32: bool) -> str | None:
+    """The problem dtype of a computation in torch dtype ``torch_name`` (``"float32"``...) with cuDNN's TF32 switch
+    ``tf32``; ``None`` for a dtype algosel does not cover."""
+    if torch_name == "float32":
+        return "float32" if tf32 else "float32_strict"
+    return torch_name if torch_name in DTYPE_TABLE and DTYPE_TABLE[torch_name].torch_name == torch_name else None
+
+
 #: Memory layouts of activations and weights: ``nchw`` (PyTorch's contiguous) or ``nhwc`` (channels_last).
 LAYOUTS: tuple[str, ...] = ("nchw", "nhwc")
 DIRECTIONS: tuple[str, ...] = ("fwd", "bwd_data", "bwd_filter")

@@ -154,7 +154,7 @@ def run_paired(case: str) -> dict:
 def run_fpn(mode: str) -> dict:
     import torch
 
-    from algosel.suites import SUITES, FPNHead
+    from algosel.measure.suites import SUITES, FPNHead
 
     sizes = SUITES["fpn"].sizes
     head = FPNHead().cuda()

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from algosel import hook
+from algosel.runtime import hook
 
 
 def main() -> None:

@@ -33,8 +33,8 @@ def main() -> None:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
 
     import algosel
-    from algosel.grid import GridSpec, sample_grid
-    from algosel.selector import Selector, default_model_dir
+    from algosel.learn.selector import Selector, default_model_dir
+    from algosel.measure.grid import GridSpec, sample_grid
 
     model_dir = Path(args.model) if args.model else default_model_dir()
     t0 = time.perf_counter()

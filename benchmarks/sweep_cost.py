@@ -15,13 +15,13 @@ import time
 
 import torch
 
-from algosel.candidates import make_space
-from algosel.candidates.cudnn_engines import CudnnEngineSpace
-from algosel.environment import collect_environment
-from algosel.grid import GridSpec, sample_grid
+from algosel.measure.grid import GridSpec, sample_grid
+from algosel.measure.sweep import SweepCase, Sweeper
+from algosel.measure.timing import CudaEventTimer
 from algosel.problem import ConvProblem
-from algosel.sweep import SweepCase, Sweeper
-from algosel.timing import CudaEventTimer
+from algosel.records.environment import collect_environment
+from algosel.spaces import make_space
+from algosel.spaces.cudnn_graph import CudnnGraphSpace
 
 PROBLEMS = {
     "resnet 3x3 fp16": ConvProblem(32, 64, 64, 56, 56, 3, 3, 1, 1, dtype="float16"),
@@ -41,7 +41,7 @@ def main() -> None:
     timer = CudaEventTimer()
     for label, fwd in PROBLEMS.items():
         for problem in fwd.directions():
-            space = CudnnEngineSpace()
+            space = CudnnGraphSpace()
             t0 = time.perf_counter()
             cands = space.enumerate(problem)
             t_enum = time.perf_counter() - t0

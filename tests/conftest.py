@@ -20,8 +20,8 @@ def slice_records():
 @pytest.fixture(scope="session")
 def slice_model(tmp_path_factory):
     """A quickly trained selector on the slice (LambdaRank, 40 trees), saved to a temporary directory."""
-    from algosel.ranker import RankerParams
-    from algosel.train import train
+    from algosel.learn.ranker import RankerParams
+    from algosel.learn.train import train
 
     root = tmp_path_factory.mktemp("models")
     out, summary = train(

@@ -1,4 +1,4 @@
-"""Tests of algosel.analysis on hand-built records with known answers."""
+"""Tests of algosel.records.analysis on hand-built records with known answers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from algosel.analysis import comparison_table, geomean, ok_rows, per_problem, selector_stats, summarize
+from algosel.records.analysis import comparison_table, geomean, ok_rows, per_problem, selector_stats, summarize
 
 
 def _row(

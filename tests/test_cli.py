@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from algosel.candidates.gemm import GemmSpace
-from algosel.candidates.pytorch_default import PyTorchDefaultSpace
-from algosel.cases import build_cases
 from algosel.cli import main
-from algosel.grid import GridSpec, sample_grid
+from algosel.measure.cases import build_cases
+from algosel.measure.grid import GridSpec, sample_grid
+from algosel.measure.sweep import SweepCase, Sweeper, run_sweep
+from algosel.measure.timing import FakeTimer
 from algosel.problem import ConvProblem
-from algosel.sweep import SweepCase, Sweeper, run_sweep
-from algosel.timing import FakeTimer
+from algosel.spaces.gemm import GemmSpace
+from algosel.spaces.pytorch import PyTorchDefaultSpace
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "data" / "sweeps" / "h200"

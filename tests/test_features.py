@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from algosel.features import (
+from algosel.learn.features import (
     CANDIDATE_FEATURES,
     FEATURE_NAMES,
     KNOB_IDS,
@@ -16,10 +16,10 @@ from algosel.features import (
     feature_matrix,
     frame_features,
     hardware_vector,
-    parse_knobs,
     problem_vector,
 )
 from algosel.problem import ConvProblem
+from algosel.spaces.cudnn_graph import parse_knobs
 
 P = ConvProblem(
     n=32,

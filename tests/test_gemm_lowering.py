@@ -1,4 +1,4 @@
-"""Tests of the GEMM lowering (algosel.candidates.gemm) and PyTorch's default path on CPU, against autograd."""
+"""Tests of the GEMM lowering (algosel.spaces.gemm) and PyTorch's default path on CPU, against autograd."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from algosel.candidates.base import Candidate, CandidateError
-from algosel.candidates.gemm import GemmSpace, gemm_conv, gemm_kind
-from algosel.candidates.pytorch_default import PyTorchDefaultSpace, pytorch_conv
 from algosel.operands import Operands, conv_args, make_operands, memory_format, relative_error
 from algosel.problem import ConvProblem
+from algosel.spaces.base import Candidate, CandidateError
+from algosel.spaces.gemm import GemmSpace, gemm_conv, gemm_kind
+from algosel.spaces.pytorch import PyTorchDefaultSpace, pytorch_conv
 
 FC_SHAPES = {
     "fc_3x5_b1": dict(n=1, c=3, k=5, h=3, w=5, r=3, s=5),

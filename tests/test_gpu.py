@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from algosel.candidates import make_space
 from algosel.operands import TOLERANCE, make_operands, math_mode, reference, relative_error
 from algosel.problem import ConvProblem
+from algosel.spaces import make_space
 
 pytestmark = [
     pytest.mark.gpu,
@@ -86,8 +86,8 @@ def test_pytorch_default_correct_on_gpu(shape, direction):
 def test_legacy_algorithms_run_correctly(shape, dtype, direction, layout):
     """Every legacy (algorithm, math type) pair that builds computes the reference result; the v7 heuristic's
     first choice builds."""
-    from algosel.candidates.base import CandidateError
-    from algosel.candidates.cudnn_legacy import ALGOS, DTYPE_MATH, algo_enum_name
+    from algosel.spaces.base import CandidateError
+    from algosel.spaces.cudnn_legacy import ALGOS, DTYPE_MATH, algo_enum_name
 
     problem = ConvProblem(**shape, dtype=dtype, layout=layout, direction=direction)
     space = make_space("legacy")
@@ -118,11 +118,11 @@ def test_legacy_algorithms_run_correctly(shape, dtype, direction, layout):
 
 
 def test_legacy_sweep_records_the_v7_heuristic(tmp_path):
-    from algosel.analysis import per_problem
-    from algosel.environment import collect_environment
+    from algosel.measure.sweep import SweepCase, Sweeper, run_sweep
+    from algosel.measure.timing import CudaEventTimer
     from algosel.records import load_records
-    from algosel.sweep import SweepCase, Sweeper, run_sweep
-    from algosel.timing import CudaEventTimer
+    from algosel.records.analysis import per_problem
+    from algosel.records.environment import collect_environment
 
     cases = [SweepCase(ConvProblem(**SHAPES[0], dtype="float16", layout="nhwc"), "test")]
     sweeper = Sweeper([make_space("legacy")], CudaEventTimer(budget_ms=2), collect_environment())
@@ -134,7 +134,7 @@ def test_legacy_sweep_records_the_v7_heuristic(tmp_path):
 
 
 def test_timer_sees_device_time_not_host_time():
-    from algosel.timing import CudaEventTimer
+    from algosel.measure.timing import CudaEventTimer
 
     timer = CudaEventTimer(budget_ms=5)
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
@@ -149,11 +149,11 @@ def test_timer_sees_device_time_not_host_time():
 
 
 def test_tiny_sweep_end_to_end(tmp_path):
-    from algosel.analysis import summarize
-    from algosel.environment import collect_environment
+    from algosel.measure.sweep import SweepCase, Sweeper, run_sweep
+    from algosel.measure.timing import CudaEventTimer
     from algosel.records import load_records
-    from algosel.sweep import SweepCase, Sweeper, run_sweep
-    from algosel.timing import CudaEventTimer
+    from algosel.records.analysis import summarize
+    from algosel.records.environment import collect_environment
 
     cases = [
         SweepCase(ConvProblem(**SHAPES[0], dtype="float16"), "test"),
@@ -184,8 +184,8 @@ def test_tiny_sweep_end_to_end(tmp_path):
 
 def test_predict_ranks_the_live_cudnn_list_and_its_pick_runs_correctly():
     """The shipped H200 model ranks cuDNN's live candidate list; the chosen candidate computes the right result."""
-    from algosel.api import predict
-    from algosel.selector import default_model_dir
+    from algosel.learn.models import default_model_dir
+    from algosel.runtime.api import predict
 
     model = default_model_dir()
     for problem in (
@@ -278,8 +278,8 @@ def test_hook_passes_bad_input_to_pytorch_on_gpu():
 
 
 def test_predict_legacy_live_names_an_algorithm_that_runs_correctly():
-    from algosel.api import predict
-    from algosel.candidates.cudnn_legacy import CudnnLegacySpace
+    from algosel.runtime.api import predict
+    from algosel.spaces.cudnn_legacy import CudnnLegacySpace
 
     problem = ConvProblem(**SHAPES[0], dtype="float16", direction="bwd_data")
     choices = predict(problem, space="legacy", live=True, top_k=3)

@@ -1,10 +1,11 @@
-"""Tests of algosel.grid: the seeded grid of shapes is deterministic, bounded, prefix-stable and covers its axes."""
+"""Tests of algosel.measure.grid: the seeded grid of shapes is deterministic, bounded, prefix-stable and covers
+its axes."""
 
 from __future__ import annotations
 
 import pytest
 
-from algosel.grid import GridSpec, sample_grid
+from algosel.measure.grid import GridSpec, sample_grid
 from algosel.problem import ConvProblem
 
 

@@ -6,15 +6,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from algosel import hook
-from algosel.candidates.base import PreparedCandidate
+from algosel.learn.selector import Selector
 from algosel.problem import ConvProblem
-from algosel.selector import Selector
+from algosel.runtime import hook
+from algosel.spaces.base import PreparedCandidate
 
 
 @pytest.fixture(scope="module")
 def shipped():
-    from algosel.selector import default_model_dir
+    from algosel.learn.models import default_model_dir
 
     return Selector.load(default_model_dir())
 
@@ -115,10 +115,10 @@ class _AlwaysGemm(hook.Executor):
         self._directions = {}
 
     def plan(self, problem, device):
-        from algosel.candidates.gemm import gemm_kind
+        from algosel.spaces.gemm import gemm_kind
 
         if gemm_kind(problem):
-            return hook._Plan(hook._GemmRunner(problem), "gemm")
+            return hook._offline_plan(problem, f"gemm:{gemm_kind(problem)}")
         return hook._Plan(None, "pytorch:test")
 
 

@@ -10,14 +10,14 @@ import pytest
 from conftest import REPO, SLICE
 from matplotlib.image import imread
 
-from algosel.analysis import legacy_comparison, per_problem, summarize
-from algosel.api import predict
-from algosel.candidates import make_space
-from algosel.candidates.cudnn_legacy import ALGOS, algo_enum_name, candidate_name, parse_candidate_name
 from algosel.cli import main
-from algosel.features import candidate_vector
+from algosel.learn.features import candidate_vector
 from algosel.problem import ConvProblem
 from algosel.records import load_records
+from algosel.records.analysis import legacy_comparison, per_problem, summarize
+from algosel.runtime.api import predict
+from algosel.spaces import make_space
+from algosel.spaces.cudnn_legacy import ALGOS, algo_enum_name, candidate_name, parse_candidate_name
 
 LEGACY_SLICE = REPO / "data" / "samples" / "h200-legacy-slice"
 
@@ -69,8 +69,8 @@ def test_each_algorithm_and_math_type_is_its_own_category():
 
 @pytest.fixture(scope="module")
 def legacy_model(tmp_path_factory):
-    from algosel.ranker import RankerParams
-    from algosel.train import train
+    from algosel.learn.ranker import RankerParams
+    from algosel.learn.train import train
 
     root = tmp_path_factory.mktemp("models")
     out, summary = train([LEGACY_SLICE], models_root=root, grid={"objective": ["lambdarank"]},
@@ -141,7 +141,7 @@ def test_legacy_comparison_and_summary(mixed_records):
 
 
 def test_report_of_mixed_records_has_the_legacy_figure(tmp_path):
-    from algosel.report import build_report
+    from algosel.study.report import build_report
 
     index = build_report([SLICE, LEGACY_SLICE], None, tmp_path)
     page = index.read_text()

@@ -1,4 +1,4 @@
-"""`algosel analyze-log` and algosel.logs on cuDNN API logs produced on the H200 (tests/fixtures/cudnn_logs)."""
+"""`algosel analyze-log` and algosel.study.logs on cuDNN API logs produced on the H200 (tests/fixtures/cudnn_logs)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from algosel.cli import main
-from algosel.logs import LogError, conv_calls, engine_config_name, parse_log
 from algosel.records import load_records
+from algosel.study.logs import LogError, conv_calls, engine_config_name, parse_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cudnn_logs"
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from algosel.evaluate import (
+from algosel.learn.evaluate import (
     Prepared,
     cross_val_picks,
     geomean_ratio,
@@ -16,7 +16,7 @@ from algosel.evaluate import (
     pick_times,
     selector_table,
 )
-from algosel.ranker import MAX_RELEVANCE, Ranker, RankerParams, relevance, with_ratios
+from algosel.learn.ranker import MAX_RELEVANCE, Ranker, RankerParams, relevance, with_ratios
 
 
 def test_relevance_grades():
@@ -96,8 +96,7 @@ def test_cross_validation_predicts_every_problem_once_from_models_that_never_saw
 
 
 def test_shortlist_keeps_gemm_pytorch_and_the_top_of_either_heuristic_list():
-    from algosel.evaluate import shortlist_mask
-    from algosel.selector import _on_shortlist
+    from algosel.learn.rules import on_shortlist, shortlist_mask
 
     data = pd.DataFrame(
         [
@@ -111,7 +110,9 @@ def test_shortlist_keeps_gemm_pytorch_and_the_top_of_either_heuristic_list():
     )
     assert shortlist_mask(data, 8).tolist() == [True, True, False, False, True, True]
     assert shortlist_mask(data, None).all()
-    assert [_on_shortlist(r, 8) for r in data.to_dict("records")] == shortlist_mask(data, 8).tolist()
+    assert [bool(on_shortlist(r["space"], r["rank_a"], r["rank_b"], 8)) for r in data.to_dict("records")] == (
+        shortlist_mask(data, 8).tolist()
+    )
 
 
 def test_an_invalid_candidate_off_the_shortlist_is_never_picked():

@@ -13,7 +13,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from algosel.candidates.base import STATUSES
 from algosel.problem import DIRECTIONS, ConvProblem
 from algosel.records import (
     COLUMNS,
@@ -26,6 +25,7 @@ from algosel.records import (
     read_part,
     write_part,
 )
+from algosel.spaces.base import STATUSES
 
 H200 = Path(__file__).resolve().parent.parent / "data" / "sweeps" / "h200"
 ENV = {"env_id": "env-a", "gpu_name": "Test GPU", "cudnn": 90000}

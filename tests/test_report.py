@@ -1,4 +1,4 @@
-"""algosel.report: the HTML report and its figures, built from the committed slice (CPU)."""
+"""algosel.study.report: the HTML report and its figures, built from the committed slice (CPU)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from conftest import REPO, SLICE
 
-from algosel.analysis import comparison_table
-from algosel.evaluate import SELECTORS, is_test_shape
+from algosel.learn.artifact import SelectorError
+from algosel.learn.evaluate import SELECTORS, is_test_shape
 from algosel.problem import ConvProblem
 from algosel.records import RecordsError, load_records
-from algosel.report import (
+from algosel.records.analysis import comparison_table
+from algosel.study.report import (
     KNOWN_SELECTORS,
     LABELS,
     ReportError,
@@ -26,7 +27,6 @@ from algosel.report import (
     cudnn_version,
     worst_cases,
 )
-from algosel.selector import SelectorError
 
 
 class _Page(HTMLParser):

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import algosel
+from algosel.learn.artifact import CATALOGUE_FILE, MANIFEST_FILE, MODEL_FILE, SelectorError
+from algosel.learn.selector import Selector
 from algosel.problem import ConvProblem
-from algosel.selector import CATALOGUE_FILE, MANIFEST_FILE, MODEL_FILE, Selector, SelectorError
 
 
 @pytest.fixture

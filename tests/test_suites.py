@@ -1,4 +1,4 @@
-"""Tests of algosel.suites: layer extraction, the FPN / AlexNet-fc suites, CSV storage and problem lists."""
+"""Tests of algosel.measure.suites: layer extraction, the FPN / AlexNet-fc suites, CSV storage and problem lists."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from algosel.problem import ConvProblem
-from algosel.suites import (
+from algosel.measure.suites import (
     DEFAULT_SUITES_DIR,
     LAYER_FIELDS,
     SUITE_COLUMNS,
@@ -24,6 +23,7 @@ from algosel.suites import (
     suite_problems,
     write_suites,
 )
+from algosel.problem import ConvProblem
 
 
 def _shape(row: dict) -> tuple[int, ...]:
@@ -50,7 +50,8 @@ def test_suite_specs() -> None:
     assert all(736 <= h <= 864 and 1152 <= w <= 1280 for h, w in sizes)
     assert SUITES["fpn"].batch == 1 and not SUITES["fpn"].needs_torchvision
     assert SUITES["alexnet_fc"].batch == 1600 and not SUITES["alexnet_fc"].needs_torchvision
-    assert DEFAULT_SUITES_DIR == Path(__file__).resolve().parent.parent / "data" / "suites"
+    # The shipped suites: inside the package, where the repository's data/suites links to.
+    assert DEFAULT_SUITES_DIR.resolve() == (Path(__file__).resolve().parent.parent / "data" / "suites").resolve()
 
 
 def test_fpn_shapes_at_800x1216() -> None:

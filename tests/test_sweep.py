@@ -1,5 +1,5 @@
-"""Tests of algosel.sweep on CPU: candidate outcomes become records, and run_sweep's resumption, sharding, budget
-and crash recovery. Timing is a FakeTimer; the operands and the correctness check are real."""
+"""Tests of algosel.measure.sweep on CPU: candidate outcomes become records, and run_sweep's resumption, sharding,
+budget and crash recovery. Timing is a FakeTimer; the operands and the correctness check are real."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from algosel.candidates.base import Candidate, CandidateError, CandidateSpace, PreparedCandidate
-from algosel.candidates.gemm import GemmSpace
-from algosel.candidates.pytorch_default import PyTorchDefaultSpace, pytorch_conv
+from algosel.measure.sweep import SweepCase, Sweeper, done_case_keys, parse_shard, run_sweep, shard_cases
+from algosel.measure.timing import FakeTimer
 from algosel.operands import Operands
 from algosel.problem import DIRECTIONS, ConvProblem
 from algosel.records import COLUMNS, Journal, load_records, read_part, write_part
-from algosel.sweep import SweepCase, Sweeper, done_case_keys, parse_shard, run_sweep, shard_cases
-from algosel.timing import FakeTimer
+from algosel.spaces.base import Candidate, CandidateError, CandidateSpace, PreparedCandidate
+from algosel.spaces.gemm import GemmSpace
+from algosel.spaces.pytorch import PyTorchDefaultSpace, pytorch_conv
 
 ENV = {"env_id": "cpu-test", "gpu_name": "none"}
 LIMIT = 1 << 20
@@ -344,7 +344,7 @@ def test_parse_shard_rejects_an_index_out_of_range(text: str) -> None:
 
 def test_time_budget_leaves_cases_for_a_later_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [1000.0]
-    monkeypatch.setattr("algosel.sweep.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr("algosel.measure.sweep.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     cases = _cases(6)
     # 10 s a case, 25 s budget: after two cases (20 s) a third would end at 30 s.
     sweeper = CountingSweeper(clock, case_seconds=10.0)
@@ -360,7 +360,7 @@ def test_time_budget_leaves_cases_for_a_later_run(tmp_path: Path, monkeypatch: p
 
 def test_time_budget_always_runs_the_first_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [0.0]
-    monkeypatch.setattr("algosel.sweep.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr("algosel.measure.sweep.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     report = run_sweep(_cases(3), CountingSweeper(clock, 100.0), tmp_path, time_budget_s=1.0, progress=False)
     assert (report.measured, report.left_for_later) == (1, 2)
 

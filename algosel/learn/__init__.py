@@ -1,0 +1,1 @@
+"""The learned selector: features, the LightGBM ranker, tuning, training, evaluation and the model artifact."""

@@ -1,0 +1,58 @@
+"""Finding trained selectors: the shipped ones (inside the installed package) and a user's own.
+
+The shipped models live in the package (:func:`algosel.resources.shipped_path`), so a plain ``pip install`` finds
+them; ``models/`` of a source checkout links there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from algosel.learn.artifact import MANIFEST_FILE, SPACES_DEFAULT, SelectorError, space_of
+from algosel.learn.selector import Selector
+from algosel.records.environment import gpu_slug, visible_gpu
+from algosel.resources import shipped_path
+
+#: Where the shipped models are.
+SHIPPED_MODELS: Path = shipped_path("models")
+#: What a model can select (:func:`~algosel.learn.artifact.space_of`).
+MODEL_SPACES: tuple[str, ...] = ("cudnn", "legacy")
+
+
+def model_space(directory: Path) -> str:
+    """:func:`~algosel.learn.artifact.space_of` a model directory (read from its manifest)."""
+    try:
+        spaces = json.loads((directory / MANIFEST_FILE).read_text()).get("spaces", SPACES_DEFAULT)
+    except (OSError, json.JSONDecodeError):
+        return "cudnn"
+    return space_of(spaces)
+
+
+def model_dirs(models_root: str | Path | None = None, space: str = "cudnn") -> list[Path]:
+    """The model directories of ``space`` under ``models_root`` (default: the shipped models), sorted by name."""
+    if space not in MODEL_SPACES:
+        raise ValueError(f"space must be {' or '.join(map(repr, MODEL_SPACES))}, got {space!r}")
+    root = Path(models_root) if models_root else SHIPPED_MODELS
+    return sorted(d for d in root.glob("*") if (d / MANIFEST_FILE).is_file() and model_space(d) == space)
+
+
+def default_model_dir(models_root: str | Path | None = None, space: str = "cudnn") -> Path:
+    """The model of ``space`` (``"cudnn"``: engine configs, GEMM lowering and PyTorch's default; ``"legacy"``: the
+    legacy algorithms) made for this GPU where one is visible and a model for it exists, else the first one."""
+    dirs = model_dirs(models_root, space)
+    if not dirs:
+        root = Path(models_root) if models_root else SHIPPED_MODELS
+        raise SelectorError(f"no trained {space} model under {root}; run `algosel train`")
+    here = visible_gpu()
+    if here is not None:
+        slug = gpu_slug(here) + ("-legacy" if space == "legacy" else "")
+        for d in dirs:
+            if d.name == slug:
+                return d
+    return dirs[0]
+
+
+def load_default(models_root: str | Path | None = None, force: bool = False, space: str = "cudnn") -> Selector:
+    """Load :func:`default_model_dir`."""
+    return Selector.load(default_model_dir(models_root, space), force=force)

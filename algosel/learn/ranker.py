@@ -1,0 +1,146 @@
+"""The learned selector: a LightGBM model that scores every candidate of a problem; the highest score wins.
+
+Two formulations are supported and compared by cross-validation (``algosel train`` keeps the better):
+
+- ``lambdarank``: one group per problem, relevance graded from the candidate's time relative to the group's best
+  (:func:`relevance`): learning the *order* within a problem is exactly the selection task;
+- ``regression``: predict ``log2(time / best)`` of each candidate and pick the smallest.
+
+A candidate that failed (did not build, did not run, gave a wrong result) is kept with the lowest relevance (or
+a large regression target), so the model learns to rank it last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+
+from algosel.learn.features import CATEGORICAL_FEATURES, FEATURE_NAMES, frame_features
+from algosel.records.analysis import ok_mask
+
+#: Relevance of the best candidate; each 5% slower loses ~1.4 grades (20 per doubling), 0 at 1.68x and beyond.
+MAX_RELEVANCE = 15
+#: log2 slowdown used as the regression target of a failed candidate (32x the best).
+FAILED_LOG2_RATIO = 5.0
+
+
+def relevance(ratio: np.ndarray) -> np.ndarray:
+    """Graded relevance from time / best (``inf`` for failed candidates)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.round(MAX_RELEVANCE - 20 * np.log2(ratio))
+    return np.clip(np.nan_to_num(rel, nan=0.0, neginf=0.0, posinf=0.0), 0, MAX_RELEVANCE).astype(int)
+
+
+def with_ratios(frame: pd.DataFrame) -> pd.DataFrame:
+    """Records sorted by problem (groups contiguous, as LightGBM's ranking needs), with ``ratio`` = time / best
+    (``inf`` for failures). Problems without any correct candidate are dropped: nothing can be learnt there."""
+    ok = ok_mask(frame)
+    best = frame["time_ms_median"].where(ok).groupby(frame["problem_key"]).transform("min")
+    out = frame.assign(ratio=np.where(ok, frame["time_ms_median"] / best, np.inf))
+    out = out[best.notna()]
+    return out.sort_values(["problem_key", "candidate_id"], kind="stable").reset_index(drop=True)
+
+
+@dataclass
+class RankerParams:
+    """Hyperparameters (the ones tuned by cross-validation, and the fixed ones)."""
+
+    objective: str = "lambdarank"
+    num_leaves: int = 63
+    learning_rate: float = 0.05
+    n_estimators: int = 300
+    min_child_samples: int = 20
+    feature_fraction: float = 0.8
+    lambdarank_truncation_level: int = 20
+    num_threads: int = 2
+    seed: int = 0
+
+    def lgb_params(self) -> dict[str, Any]:
+        common = {
+            "num_leaves": self.num_leaves,
+            "learning_rate": self.learning_rate,
+            "min_data_in_leaf": self.min_child_samples,
+            "feature_fraction": self.feature_fraction,
+            "num_threads": self.num_threads,
+            "seed": self.seed,
+            "deterministic": True,
+            "verbosity": -1,
+            "max_cat_to_onehot": 8,
+        }
+        if self.objective == "lambdarank":
+            return {
+                **common,
+                "objective": "lambdarank",
+                "metric": "ndcg",
+                "eval_at": [1],
+                "lambdarank_truncation_level": self.lambdarank_truncation_level,
+                "label_gain": [float(2**i - 1) for i in range(MAX_RELEVANCE + 1)],
+            }
+        if self.objective == "regression":
+            return {**common, "objective": "regression", "metric": "l2"}
+        raise ValueError(f"RankerParams.objective must be 'lambdarank' or 'regression'; got {self.objective!r}")
+
+
+@dataclass
+class Ranker:
+    """Scores candidates; fit on records (see the module docstring). Learned state ends in ``_``."""
+
+    params: RankerParams = field(default_factory=RankerParams)
+    booster_: lgb.Booster | None = None
+
+    def fit(self, frame: pd.DataFrame, envs: Mapping[str, Mapping[str, Any]]) -> Ranker:
+        """Fit on records (any order; failures included)."""
+        data = with_ratios(frame)
+        if data.empty:
+            raise ValueError("no problem with a correct, timed candidate to learn from")
+        return self.fit_prepared(data, frame_features(data, envs))
+
+    def fit_prepared(self, data: pd.DataFrame, X: np.ndarray) -> Ranker:
+        """Fit on the output of :func:`with_ratios` and its feature rows (lets cross-validation reuse ``X``)."""
+        ratio = data["ratio"].to_numpy()
+        if self.params.objective == "lambdarank":
+            label = relevance(ratio)
+            group = data.groupby("problem_key", sort=False).size().to_numpy()
+            dataset = lgb.Dataset(
+                X,
+                label,
+                group=group,
+                feature_name=list(FEATURE_NAMES),
+                categorical_feature=list(CATEGORICAL_FEATURES),
+                free_raw_data=True,
+            )
+        else:
+            label = np.where(np.isfinite(ratio), np.log2(ratio), FAILED_LOG2_RATIO)
+            dataset = lgb.Dataset(
+                X,
+                label,
+                feature_name=list(FEATURE_NAMES),
+                categorical_feature=list(CATEGORICAL_FEATURES),
+                free_raw_data=True,
+            )
+        self.booster_ = lgb.train(self.params.lgb_params(), dataset, num_boost_round=self.params.n_estimators)
+        return self
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        """Higher is better, for either objective."""
+        if self.booster_ is None:
+            raise RuntimeError("Ranker is not fitted: call fit() or load a trained model first")
+        raw = self.booster_.predict(X, num_threads=1)
+        return raw if self.params.objective == "lambdarank" else -raw
+
+
+def fingerprint(frame: pd.DataFrame) -> str:
+    """A hash of what a model was trained on (problems, candidates, statuses and times)."""
+    import hashlib  # noqa: PLC0415
+
+    cols = frame[["problem_key", "candidate_id", "status", "time_ms_median", "env_id"]].sort_values(
+        ["problem_key", "candidate_id", "env_id"]
+    )
+    h = hashlib.blake2b(digest_size=10)
+    h.update(pd.util.hash_pandas_object(cols, index=False).to_numpy().tobytes())
+    return h.hexdigest()

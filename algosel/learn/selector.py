@@ -1,0 +1,252 @@
+"""The selector in memory: a ranker, its manifest and its catalogue, choosing the candidates of a problem.
+
+:meth:`Selector.choose` ranks the candidates valid for a problem. They come from, in order of preference: the
+live enumeration of each space (where a GPU and the frontend are present), the records of that exact problem, or
+the records of the nearest recorded problem of the same kind (:class:`~algosel.records.catalogue.Catalogue`), with
+the candidates every problem has offline (GEMM lowering, PyTorch's default: each space says which) added where
+the model was trained on their space.
+
+A model covers the candidate spaces of its records (manifest ``spaces``): ``cudnn``, ``gemm`` and ``pytorch`` for
+the engine-config selector, ``legacy`` for the legacy-algorithm selector that frameworks on the legacy API use.
+The files of a model directory are :mod:`algosel.learn.artifact`'s; finding the right one is
+:mod:`algosel.learn.models`'s.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from algosel.learn.artifact import (
+    SPACES_DEFAULT,
+    SelectorError,
+    load_artifact,
+    save_artifact,
+    space_of,
+)
+from algosel.learn.features import candidate_matrix, hardware_vector, problem_vector
+from algosel.learn.ranker import Ranker
+from algosel.learn.rules import allowed, on_shortlist
+from algosel.problem import ConvProblem
+from algosel.records.catalogue import Catalogue
+from algosel.records.environment import mismatches, visible_gpu
+from algosel.spaces import Candidate, get_space, space_names
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One ranked candidate for a problem."""
+
+    candidate_id: str
+    space: str
+    engine_id: int
+    knobs: str
+    score: float
+    workspace_bytes: int | None
+    source: str  # "live", "records" or "nearest:<problem key>"
+    #: For a legacy candidate: the ``cudnnConvolution*Algo_t`` name (e.g.
+    #: ``CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM``), its C value (``engine_id``) and the math type
+    #: (``cudnnMathType_t`` name) to set on the convolution descriptor; empty otherwise.
+    cudnn_algo: str = ""
+    cudnn_math_type: str = ""
+
+
+def candidate_row(c: Candidate, workspace_bytes: int = -1) -> dict[str, Any]:
+    """A candidate as a catalogue row (``workspace_bytes`` -1: unknown until its plan is built)."""
+    return {"candidate_id": c.candidate_id, "space": c.space, "engine_id": c.engine_id, "knobs": c.knobs,
+            "rank_a": c.rank_a, "rank_b": c.rank_b, "rank_fallback": c.rank_fallback, "notes": ",".join(c.notes),
+            "workspace_bytes": workspace_bytes, "status": "ok"}  # fmt: skip
+
+
+def offline_rows(problem: ConvProblem, spaces: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """The candidates ``problem`` has without a GPU or records (GEMM lowering where the math allows, PyTorch's
+    default), of the registered spaces in ``spaces`` (default: all), in registry order."""
+    rows = []
+    for name in space_names():
+        if spaces is not None and name not in spaces:
+            continue
+        cands = get_space(name).offline_candidates(problem)
+        rows += [candidate_row(c, workspace_bytes=0) for c in cands or ()]
+    return rows
+
+
+def check_environment(model_env: Mapping[str, Any], directory: Path | str, force: bool) -> None:
+    """Refuse (or, with ``force``, warn about) a model made for another GPU or cuDNN than the visible one."""
+    here = visible_gpu()
+    if here is None:
+        return  # offline use (no GPU here): the model is read for its own GPU
+    found = mismatches(model_env, here)
+    if found:
+        text = f"{directory} was trained for another environment: this process has {', '.join(found)}"
+        if not force:
+            raise SelectorError(text + "; train a model for this GPU, or pass force=True to use it anyway")
+        warnings.warn(text, stacklevel=3)
+
+
+class Selector:
+    """A loaded model: ``Selector.load(path)``; then :meth:`choose`. Not thread-safe (memoisation dicts)."""
+
+    def __init__(self, ranker: Ranker, manifest: dict[str, Any], catalogue: pd.DataFrame):
+        self.ranker = ranker
+        self.manifest = manifest
+        self.environment: dict[str, Any] = manifest["environment"]
+        self.blocked = {tuple(b) for b in manifest.get("blocked_engines", [])}
+        #: Candidate spaces the model was trained on (models of schema 1 without the field: the first three).
+        self.spaces: tuple[str, ...] = tuple(manifest.get("spaces", SPACES_DEFAULT))
+        self.space = space_of(self.spaces)
+        self.catalogue = Catalogue(catalogue, self.environment)
+        self._listed = tuple(s for s in self.spaces if s in space_names() and get_space(s).from_lists)
+        self._cache: dict[tuple, list[Choice]] = {}
+        self._matrices: dict[tuple, tuple[list[int], np.ndarray]] = {}  # candidate feature rows per candidate list
+        self._hardware = hardware_vector(self.environment)
+
+    # ------------------------------------------------------------------------------------------ persistence
+    def save(self, directory: str | Path) -> Path:
+        return save_artifact(directory, self.ranker, self.manifest, self.catalogue.frame)
+
+    @classmethod
+    def load(cls, directory: str | Path, force: bool = False) -> Selector:
+        """Load a model directory.
+
+        Where a GPU is visible and it (or its cuDNN) differs from the model's, this raises :class:`SelectorError`
+        unless ``force`` (then it warns): engine configs and their speeds are specific to both.
+        """
+        artifact = load_artifact(directory)
+        check_environment(artifact.manifest["environment"], directory, force)
+        return cls(artifact.ranker, artifact.manifest, artifact.catalogue)
+
+    # ------------------------------------------------------------------------------------------- choosing
+    def candidates_for(self, problem: ConvProblem, live: bool = False) -> tuple[list[dict[str, Any]], str]:
+        """Candidate rows valid for ``problem`` and where they came from (see the module docstring)."""
+        if live:
+            rows = []
+            for name in self._listed:
+                space = get_space(name)
+                try:
+                    rows += [candidate_row(c) for c in space.enumerate(problem)]
+                finally:
+                    space.release(problem)
+            return rows + offline_rows(problem, self.spaces), "live"
+        rows = self.catalogue.rows(problem.key)
+        if rows is not None:
+            return rows, "records"
+        nearest = self.catalogue.nearest(problem)
+        if nearest is None:
+            # Nothing of this kind was recorded: the offline candidates alone (PyTorch's default, GEMM lowering).
+            rows, src = [], "none"
+        else:
+            rows = [dict(r, workspace_bytes=-1) for r in self.catalogue.rows(nearest) if r["space"] in self._listed]
+            src = f"nearest:{nearest}"
+        return rows + offline_rows(problem, self.spaces), src
+
+    def choose(
+        self,
+        problem: ConvProblem,
+        max_workspace_bytes: int | None = None,
+        deterministic: bool = False,
+        top_k: int = 1,
+        live: bool = False,
+    ) -> list[Choice]:
+        """The ``top_k`` best candidates for ``problem``, best first (memoised per arguments).
+
+        ``deterministic`` and ``max_workspace_bytes`` filter as :func:`algosel.learn.rules.allowed` says (with the
+        shipped models, whose records have no numerical notes, ``deterministic`` never picks an engine config).
+        """
+        key = (problem, max_workspace_bytes, deterministic, top_k, live)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        all_rows, source = self.candidates_for(problem, live=live)
+        # The candidate part of the features depends only on the list, which nearby problems share.
+        kind = "fc" if problem.is_fully_connected else "pointwise" if problem.is_pointwise else None
+        mkey = (source, problem.key if source in ("records", "live") else kind)
+        result = self._rank(problem, all_rows, source, mkey, max_workspace_bytes, deterministic, top_k)
+        self._cache[key] = result
+        return result
+
+    def is_recorded(self, problem: ConvProblem) -> bool:
+        """Whether the records this model ships with measured ``problem`` itself."""
+        return self.catalogue.is_recorded(problem)
+
+    def rank_rows(
+        self, problem: ConvProblem, rows: list[dict[str, Any]], max_workspace_bytes: int | None = None
+    ) -> list[Choice]:
+        """Rank an explicit candidate list (e.g. cuDNN's live list, as the runtime hook has it), best first."""
+        return self._rank(problem, rows, "live", None, max_workspace_bytes, False, len(rows))
+
+    def _rank(self, problem, all_rows, source, mkey, max_workspace_bytes, deterministic, top_k) -> list[Choice]:
+        # Features are built for the shortlist only (it depends on the list alone, so it is cached with it).
+        cached = self._matrices.get(mkey) if mkey is not None else None
+        if cached is None:
+            shortlist = self.manifest.get("shortlist_rank")
+            eligible = [
+                i for i, r in enumerate(all_rows) if on_shortlist(r["space"], r["rank_a"], r["rank_b"], shortlist)
+            ]
+            cached = (eligible, candidate_matrix([all_rows[i] for i in eligible]))
+            if mkey is not None:
+                self._matrices[mkey] = cached
+        eligible, matrix = cached
+        notes_recorded = bool(self.manifest.get("numeric_notes_recorded", False))
+        positions = [j for j, i in enumerate(eligible)
+                     if allowed(all_rows[i], problem.direction, problem.dtype, self.blocked, max_workspace_bytes,
+                                deterministic, notes_recorded)]  # fmt: skip
+        keep = [eligible[j] for j in positions]
+        if not keep:
+            raise ValueError(
+                f"no candidate for {problem.key} satisfies the filters "
+                f"(max_workspace_bytes={max_workspace_bytes}, deterministic={deterministic})"
+            )
+        rows = [all_rows[i] for i in keep]
+        n = len(keep)
+        X = np.hstack([np.tile(problem_vector(problem), (n, 1)), matrix[positions], np.tile(self._hardware, (n, 1))])
+        scores = self.ranker.score(X)
+        order = np.argsort(-scores, kind="stable")[: max(1, top_k)]
+        return [
+            Choice(
+                candidate_id=rows[i]["candidate_id"],
+                space=rows[i]["space"],
+                engine_id=int(rows[i]["engine_id"]),
+                knobs=rows[i]["knobs"] or "",
+                score=float(scores[i]),
+                workspace_bytes=None if rows[i]["workspace_bytes"] < 0 else int(rows[i]["workspace_bytes"]),
+                source=source,
+                **_legacy_names(problem, rows[i]),
+            )
+            for i in order
+        ]
+
+    def recorded_gain_us(self, problem: ConvProblem, candidate_id: str) -> float | None:
+        """Device time the candidate saves over PyTorch's default per call, where both were measured on this
+        very problem; else None."""
+        t = self.catalogue.time_ms(problem.key, candidate_id)
+        t_default = self.catalogue.time_ms(problem.key, "pytorch:default")
+        if t is None or t_default is None:
+            return None
+        return 1000.0 * (t_default - t)
+
+
+def _legacy_names(problem: ConvProblem, row: Mapping[str, Any]) -> dict[str, str]:
+    if row["space"] != "legacy":
+        return {}
+    from algosel.spaces.cudnn_legacy import algo_enum_name  # noqa: PLC0415
+
+    math_type = (row.get("knobs") or "").removeprefix("math=")
+    return {"cudnn_algo": algo_enum_name(problem.direction, int(row["engine_id"])),
+            "cudnn_math_type": f"CUDNN_{math_type}"}  # fmt: skip
+
+
+def build_catalogue(frame: pd.DataFrame) -> pd.DataFrame:
+    """The catalogue of a model trained on ``frame``."""
+    return Catalogue.from_records(frame).frame
+
+
+def blocked_engines(frame: pd.DataFrame) -> list[list[Any]]:
+    """(engine id, direction, dtype) of cuDNN engines that ever gave a wrong result: never chosen there."""
+    bad = frame[(frame["status"] == "wrong_result") & (frame["space"] == "cudnn")]
+    return sorted({(int(e), d, t) for e, d, t in bad[["engine_id", "direction", "dtype"]].itertuples(index=False)})

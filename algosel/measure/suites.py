@@ -1,0 +1,610 @@
+"""Layer suites: the convolution shapes of real networks, as committed CSV files.
+
+A selector is only useful if it is right on the convolutions people actually run, so besides synthetic sweeps
+algosel evaluates on the ``Conv2d`` layers of a few well-known networks. The shapes are extracted by running
+each model once with forward hooks on every ``nn.Conv2d`` -- on meta tensors, so no memory is allocated and
+no arithmetic is done -- and written to ``data/suites/<name>.csv``. The CSV files are committed so that CI and
+everything downstream need no torchvision; only regenerating them does (``python -m algosel.measure.suites OUTDIR``).
+
+Every CSV has the columns :data:`SUITE_COLUMNS`: the network, the layer's qualified module name, the
+shape fields of :class:`~algosel.problem.ConvProblem` and ``size``, the network input size as ``"HxW"``
+(the FPN suite holds one block of rows per input size). Rows are in execution order of the forward pass,
+one per convolution call, so summing over rows gives whole-network totals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import sys
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from algosel.problem import SHAPE_FIELDS, ConvProblem, same_padding
+from algosel.resources import shipped_path
+
+#: Where the committed suite CSVs live: the package's shipped data (``data/suites`` of the repository links there),
+#: found through the installed package so that it does not depend on the working directory or an editable install.
+DEFAULT_SUITES_DIR: Path = shipped_path("suites")
+
+#: Shape fields recorded for each convolution call (the integer fields of :class:`ConvProblem`).
+LAYER_FIELDS: tuple[str, ...] = SHAPE_FIELDS
+#: Columns of a suite CSV / of :func:`extract_suite`'s frame, in order.
+SUITE_COLUMNS: tuple[str, ...] = ("network", "layer", *LAYER_FIELDS, "size")
+_TEXT_COLUMNS: tuple[str, ...] = ("network", "layer", "size")
+
+#: Feature-map strides of a ResNet backbone's C2..C5 outputs, which an FPN consumes.
+FPN_STRIDES: tuple[int, ...] = (4, 8, 16, 32)
+#: Channels of ResNet-50's C2..C5 outputs.
+FPN_IN_CHANNELS: tuple[int, ...] = (256, 512, 1024, 2048)
+
+
+def _fpn_sizes() -> tuple[tuple[int, int], ...]:
+    """Twenty detection input sizes around 800x1216.
+
+    Detection inputs vary per batch (aspect-ratio grouping, multi-scale training) and are padded to a multiple
+    of 32 so every FPN level has an integral size. We take heights 736..864 and widths 1152..1280 in steps of
+    32 (a 5 x 5 grid) and keep 20 of the 25 pairs: row ``t`` pairs height ``t`` with widths ``t + j`` (mod 5)
+    for ``j`` in 0..3, i.e. one wrap-around diagonal is dropped. That keeps each height and each width exactly
+    four times (no size is over-represented) and includes 800x1216 (``t = 2, j = 0``). Sorted, for stable CSVs.
+    """
+    heights = [736 + 32 * i for i in range(5)]
+    widths = [1152 + 32 * i for i in range(5)]
+    return tuple(sorted((heights[t], widths[(t + j) % 5]) for j in range(4) for t in range(5)))
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    """What one suite runs: the model, its input sizes and batch.
+
+    Parameters
+    ----------
+    name : str
+        Suite name; also the CSV file stem and the ``network`` column.
+    builder : str
+        Human-readable description of how the model is built (documentation only; the build itself is done by
+        :func:`build_suite_model`).
+    sizes : tuple of (int, int)
+        Input spatial sizes ``(h, w)``; one block of rows per size.
+    batch : int
+        Batch size ``n`` of the input.
+    in_channels : int
+        Channels of the (first) input tensor; informational for the FPN, whose inputs are four feature maps.
+    needs_torchvision : bool
+        Whether building the model imports torchvision.
+    """
+
+    name: str
+    builder: str
+    sizes: tuple[tuple[int, int], ...]
+    batch: int
+    in_channels: int = 3
+    needs_torchvision: bool = True
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """The first (for single-size suites: the only) input size."""
+        return self.sizes[0]
+
+
+def _torchvision_spec(name: str) -> SuiteSpec:
+    # ImageNet classification at its standard training/inference resolution and a typical training batch.
+    return SuiteSpec(name, f"torchvision.models.{name}(weights=None)", ((224, 224),), 32)
+
+
+#: The suites, by name.
+SUITES: dict[str, SuiteSpec] = {
+    **{
+        name: _torchvision_spec(name)
+        for name in ("resnet50", "mobilenet_v3_large", "efficientnet_b0", "vgg16", "alexnet", "densenet121")
+    },
+    # AlexNet's classifier written as convolutions (as in the "one weird trick" / convnet-benchmarks style): fc6
+    # is a 6x6 convolution covering the whole 256x6x6 pool5 output, fc7 and fc8 are 1x1 on a 1x1 map. These are
+    # the fully-connected corner cases (is_fully_connected / is_pointwise) where GEMM-like algorithms should win.
+    "alexnet_fc": SuiteSpec(
+        "alexnet_fc",
+        "AlexNet classifier as convolutions: fc6 Conv2d(256, 4096, 6) on 6x6, fc7 Conv2d(4096, 4096, 1) and "
+        "fc8 Conv2d(4096, 1000, 1) on 1x1",
+        ((6, 6),),
+        1600,
+        in_channels=256,
+        needs_torchvision=False,
+    ),
+    "fpn": SuiteSpec(
+        "fpn",
+        "algosel.measure.suites.FPNHead(): 1x1 laterals to 256 and 3x3 outputs on ResNet C2..C5 (strides 4..32)",
+        _fpn_sizes(),
+        1,
+        in_channels=FPN_IN_CHANNELS[0],
+        needs_torchvision=False,
+    ),
+}
+
+
+class FPNHead(nn.Module):
+    """The convolutions of a Feature Pyramid Network (Lin et al., 2017) on top of a ResNet backbone.
+
+    Same structure as torchvision's ``FeaturePyramidNetwork`` (without the extra max-pool level, which has no
+    convolution): per level a 1x1 lateral convolution to ``out_channels`` and a 3x3 output convolution, with a
+    nearest-neighbour upsampled top-down pathway. Written in plain torch so the suite needs no torchvision and
+    so benchmarks can run it end to end.
+
+    Parameters
+    ----------
+    in_channels : sequence of int
+        Channels of the input feature maps, finest level first.
+    out_channels : int
+        Channels of every pyramid level.
+    """
+
+    def __init__(self, in_channels: Sequence[int] = FPN_IN_CHANNELS, out_channels: int = 256) -> None:
+        super().__init__()
+        self.strides = FPN_STRIDES[: len(in_channels)]
+        self.in_channels = tuple(in_channels)
+        self.lateral = nn.ModuleList(nn.Conv2d(c, out_channels, kernel_size=1) for c in in_channels)
+        self.output = nn.ModuleList(
+            nn.Conv2d(out_channels, out_channels, kernel_size=3, padding=1) for _ in in_channels
+        )
+
+    def forward(self, *features: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Pyramid levels P2..P5 (finest first) from feature maps C2..C5 (finest first).
+
+        Accepts the maps as separate arguments or as one list/tuple.
+        """
+        if len(features) == 1 and isinstance(features[0], (list, tuple)):
+            features = tuple(features[0])
+        if len(features) != len(self.lateral):
+            raise ValueError(f"FPNHead expects {len(self.lateral)} feature maps, got {len(features)}")
+        # Top-down, coarsest level first, as torchvision does (this is also the order of the CSV rows).
+        top = self.lateral[-1](features[-1])
+        results = [self.output[-1](top)]
+        for i in range(len(features) - 2, -1, -1):
+            lateral = self.lateral[i](features[i])
+            # Upsample to the lateral's exact size rather than by 2x, so sizes that are not multiples of 32
+            # (odd feature sizes) still line up.
+            top = lateral + F.interpolate(top, size=lateral.shape[-2:], mode="nearest")
+            results.insert(0, self.output[i](top))
+        return tuple(results)
+
+    def example_inputs(
+        self,
+        h: int,
+        w: int,
+        batch: int = 1,
+        device: torch.device | str = "meta",
+        dtype: torch.dtype = torch.float32,
+    ) -> tuple[torch.Tensor, ...]:
+        """Feature maps a ResNet backbone produces for an ``h x w`` image.
+
+        ResNet halves the size with ``ceil`` at each stride-2 stage (conv1 7x7/2 pad 3, max-pool 3x3/2 pad 1,
+        3x3/2 pad 1 convolutions), so the level of stride ``t`` is ``ceil(h / t) x ceil(w / t)``.
+        """
+        return tuple(
+            torch.empty(batch, c, math.ceil(h / t), math.ceil(w / t), device=device, dtype=dtype)
+            for c, t in zip(self.in_channels, self.strides)
+        )
+
+
+def alexnet_fc() -> nn.Module:
+    """AlexNet's classifier (fc6, fc7, fc8) as convolutions; input ``(n, 256, 6, 6)``."""
+    return nn.Sequential(
+        OrderedDict(
+            fc6=nn.Conv2d(256, 4096, kernel_size=6),
+            relu6=nn.ReLU(inplace=True),
+            fc7=nn.Conv2d(4096, 4096, kernel_size=1),
+            relu7=nn.ReLU(inplace=True),
+            fc8=nn.Conv2d(4096, 1000, kernel_size=1),
+        )
+    )
+
+
+# --------------------------------------------------------------------------------------------- extraction
+def _conv_padding(conv: nn.Conv2d, h: int, w: int) -> tuple[int, int, int, int]:
+    """``(h, w, pad_h, pad_w)`` of the convolution the kernel actually receives.
+
+    - ``'valid'`` is zero padding.
+    - ``'same'`` needs total padding ``d * (k - 1)`` per axis. When that is even PyTorch passes half of it to
+      the convolution; when it is odd (even kernel, odd dilation) PyTorch first pads the input by the one extra
+      row/column and then convolves with the smaller half, so we record that larger input and smaller pad.
+    - Any ``padding_mode`` other than ``'zeros'`` (reflect, replicate, circular) is recorded with its numeric
+      padding, as if zero padded: same output size and arithmetic; PyTorch in fact pads explicitly first and
+      calls the kernel with padding 0.
+    """
+    padding = conv.padding
+    if isinstance(padding, str):
+        if padding == "valid":
+            return h, w, 0, 0
+        if padding != "same":
+            raise ValueError(f"unknown Conv2d padding {padding!r}")
+        sizes, pads = [h, w], [0, 0]
+        for axis in range(2):
+            kernel, dilation = conv.kernel_size[axis], conv.dilation[axis]
+            total = dilation * (kernel - 1)
+            pads[axis] = same_padding(kernel, dilation)  # == total // 2
+            sizes[axis] += total % 2
+        return sizes[0], sizes[1], pads[0], pads[1]
+    return h, w, int(padding[0]), int(padding[1])
+
+
+def _layer_record(name: str, conv: nn.Conv2d, x: torch.Tensor) -> dict[str, Any]:
+    # Conv2d also accepts unbatched (c, h, w) input, which is a batch of one.
+    n = int(x.shape[0]) if x.dim() == 4 else 1
+    c, h, w = (int(v) for v in x.shape[-3:])
+    h, w, pad_h, pad_w = _conv_padding(conv, h, w)
+    return {
+        "layer": name,
+        "n": n,
+        "c": c,
+        "k": int(conv.out_channels),
+        "h": h,
+        "w": w,
+        "r": int(conv.kernel_size[0]),
+        "s": int(conv.kernel_size[1]),
+        "pad_h": pad_h,
+        "pad_w": pad_w,
+        "stride_h": int(conv.stride[0]),
+        "stride_w": int(conv.stride[1]),
+        "dilation_h": int(conv.dilation[0]),
+        "dilation_w": int(conv.dilation[1]),
+        "groups": int(conv.groups),
+    }
+
+
+def _run_hooked(model: nn.Module, args: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """Run ``model(*args)`` once with a forward hook on every Conv2d; one record per call."""
+    records: list[dict[str, Any]] = []
+    handles = []
+
+    def make_hook(name: str) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
+        def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
+            records.append(_layer_record(name, module, inputs[0]))
+
+        return hook
+
+    # Per-module hooks (rather than the global register_module_forward_hook) give the qualified name for free
+    # and cannot pick up convolutions of unrelated code running at the same time.
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Conv2d):
+            handles.append(module.register_forward_hook(make_hook(name)))
+    # Per-module modes, so a model with mixed train/eval submodules is restored exactly.
+    modes = [(module, module.training) for module in model.modules()]
+    try:
+        # Inference mode: suites describe inference shapes (e.g. no auxiliary heads), and eval avoids batch
+        # statistics and random dropout masks we do not need.
+        model.eval()
+        with torch.no_grad():
+            model(*args)
+    finally:
+        for module, training in modes:
+            module.training = training
+        for handle in handles:
+            handle.remove()
+    return records
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        # Meta tensors have no data to copy; zeros of the same shape and dtype are all the shapes need.
+        return torch.zeros(value.shape, dtype=value.dtype) if value.is_meta else value.cpu()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
+
+
+def _materialise_on_cpu(model: nn.Module) -> nn.Module:
+    """A CPU copy of ``model``; meta parameters become uninitialised CPU memory (only shapes matter)."""
+    clone = copy.deepcopy(model)
+    has_meta = any(t.is_meta for t in (*clone.parameters(), *clone.buffers()))
+    return clone.to_empty(device="cpu") if has_meta else clone.cpu()
+
+
+def extract_layers(model: nn.Module, inputs: torch.Tensor | tuple[Any, ...]) -> list[dict[str, Any]]:
+    """Shapes of every ``nn.Conv2d`` call of one forward pass.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The network. Its parameters may live on the meta device (built under ``torch.device("meta")``).
+    inputs : Tensor or tuple
+        The forward arguments: one tensor, or a tuple passed as ``model(*inputs)``. Meta tensors are preferred:
+        shapes propagate without allocating memory or computing anything.
+
+    Returns
+    -------
+    list of dict
+        One dict per convolution call, in execution order (a module called twice gives two rows), with keys
+        ``layer`` (qualified module name) and :data:`LAYER_FIELDS`.
+
+    Notes
+    -----
+    If the forward pass fails on meta tensors (an operator without a meta kernel, or a device mismatch between
+    model and inputs), it is run again on a CPU copy of the model with zero-filled CPU inputs of the same
+    shapes. The model itself is never moved; its training mode is restored afterwards.
+    """
+    args = inputs if isinstance(inputs, tuple) else (inputs,)
+    try:
+        return _run_hooked(model, args)
+    except (NotImplementedError, RuntimeError, TypeError, ValueError) as meta_error:
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        on_meta = any(t.is_meta for t in (*tensors, *model.parameters(), *model.buffers()))
+        if not on_meta:
+            raise
+        try:
+            return _run_hooked(_materialise_on_cpu(model), _to_cpu(args))
+        except Exception as cpu_error:
+            raise cpu_error from meta_error
+
+
+def _size_label(h: int, w: int) -> str:
+    return f"{h}x{w}"
+
+
+def build_suite_model(name: str, device: torch.device | str = "meta") -> nn.Module:
+    """Build the (randomly initialised) model of suite ``name`` on ``device``.
+
+    Raises
+    ------
+    KeyError
+        For an unknown suite name.
+    RuntimeError
+        When the suite needs torchvision and it is not installed.
+    """
+    _spec(name)
+    with torch.device(device):
+        if name == "fpn":
+            return FPNHead()
+        if name == "alexnet_fc":
+            return alexnet_fc()
+        try:
+            # Imported here, not at module level: only regenerating the CSVs needs torchvision.
+            import torchvision.models
+        except ImportError as exc:
+            raise RuntimeError(
+                f"suite {name!r} needs the 'torchvision' package, which is not installed; it is only needed to "
+                f"regenerate the suite CSVs (python -m algosel.measure.suites OUTDIR), not to load them"
+            ) from exc
+        return getattr(torchvision.models, name)(weights=None)
+
+
+def _spec(name: str) -> SuiteSpec:
+    if name not in SUITES:
+        raise KeyError(f"unknown suite {name!r}; known: {', '.join(sorted(SUITES))}")
+    return SUITES[name]
+
+
+def extract_suite(name: str) -> pd.DataFrame:
+    """Extract the convolution layers of suite ``name``.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`SUITES`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`SUITE_COLUMNS`, one row per convolution call, per input size in :attr:`SuiteSpec.sizes`
+        order, in execution order within a size.
+
+    Raises
+    ------
+    KeyError
+        For an unknown suite.
+    RuntimeError
+        If the suite needs torchvision and it is not installed (only regenerating the CSVs needs it).
+    """
+    spec = _spec(name)
+    model = build_suite_model(name, device="meta")
+    rows: list[dict[str, Any]] = []
+    for h, w in spec.sizes:
+        if isinstance(model, FPNHead):
+            inputs: torch.Tensor | tuple[torch.Tensor, ...] = model.example_inputs(h, w, spec.batch, device="meta")
+        else:
+            inputs = torch.empty(spec.batch, spec.in_channels, h, w, device="meta")
+        for record in extract_layers(model, inputs):
+            rows.append({"network": name, **record, "size": _size_label(h, w)})
+    return _typed(pd.DataFrame(rows, columns=list(SUITE_COLUMNS)))
+
+
+def _typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """Fix column order and dtypes (int64 shape fields, str text columns), whatever the source."""
+    frame = frame.loc[:, list(SUITE_COLUMNS)].copy()
+    for column in LAYER_FIELDS:
+        try:
+            frame[column] = frame[column].astype("int64")
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"suite column {column!r} holds non-integer values: {exc}") from exc
+    for column in _TEXT_COLUMNS:
+        frame[column] = frame[column].astype(str)
+    return frame.reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------------------------ storage
+def write_suites(directory: str | Path, names: Iterable[str] | None = None) -> list[Path]:
+    """Extract suites and write ``<directory>/<name>.csv`` for each.
+
+    Parameters
+    ----------
+    directory : str or Path
+        Output directory (created if missing).
+    names : iterable of str, optional
+        Suites to write; all of :data:`SUITES` by default. Processed in sorted order so the output (and any
+        failure) is deterministic.
+
+    Returns
+    -------
+    list of Path
+        The files written.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    selected = sorted(SUITES if names is None else set(names))
+    for name in selected:
+        _spec(name)  # fail on a typo before spending time on the others
+    paths = []
+    for name in selected:
+        path = directory / f"{name}.csv"
+        # Explicit "\n" so the committed files are byte-identical whatever platform regenerates them.
+        extract_suite(name).to_csv(path, index=False, lineterminator="\n")
+        paths.append(path)
+    return paths
+
+
+def load_suite(name: str, directory: str | Path = DEFAULT_SUITES_DIR) -> pd.DataFrame:
+    """Read one suite CSV back.
+
+    Parameters
+    ----------
+    name : str
+        Suite name; the file read is ``<directory>/<name>.csv``.
+    directory : str or Path
+        Where the CSVs are; the repository's ``data/suites`` by default.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`SUITE_COLUMNS` in order, int64 shape fields (extra columns are dropped).
+
+    Raises
+    ------
+    ValueError
+        If the file does not exist, or lacks a column (the message names the file and the column).
+    """
+    path = Path(directory) / f"{name}.csv"
+    if not path.is_file():
+        raise ValueError(
+            f"suite file {path} does not exist; generate it with 'python -m algosel.measure.suites {Path(directory)}'"
+        )
+    # Text columns read as str, verbatim: a layer named "0" must not become a number, nor the root module's
+    # empty name (a bare Conv2d) NaN.
+    frame = pd.read_csv(path, dtype={column: str for column in _TEXT_COLUMNS}, keep_default_na=False)
+    missing = [column for column in SUITE_COLUMNS if column not in frame.columns]
+    if missing:
+        raise ValueError(f"suite file {path} is missing column(s): {', '.join(missing)}")
+    try:
+        return _typed(frame)
+    except ValueError as exc:
+        raise ValueError(f"suite file {path}: {exc}") from exc
+
+
+def load_suites(names: Iterable[str] | None = None, directory: str | Path = DEFAULT_SUITES_DIR) -> pd.DataFrame:
+    """Read several suite CSVs into one frame.
+
+    Parameters
+    ----------
+    names : iterable of str, optional
+        Suites to read, in the given order. By default every ``*.csv`` present in ``directory``, in sorted
+        order (so a checkout holding only some of the suites still loads what it has).
+    directory : str or Path
+        Where the CSVs are; the repository's ``data/suites`` by default.
+
+    Raises
+    ------
+    ValueError
+        As :func:`load_suite`, or when ``names`` is None and the directory holds no CSV.
+    """
+    directory = Path(directory)
+    if names is None:
+        names = sorted(path.stem for path in directory.glob("*.csv"))
+        if not names:
+            raise ValueError(f"no suite CSV files in {directory}")
+    frames = [load_suite(name, directory) for name in names]
+    if not frames:
+        return pd.DataFrame({column: pd.Series(dtype=object) for column in SUITE_COLUMNS})
+    return pd.concat(frames, ignore_index=True)
+
+
+# ----------------------------------------------------------------------------------------------- problems
+def suite_layer_problems(
+    frame: pd.DataFrame, dtype: str, layout: str = "nchw"
+) -> list[tuple[dict[str, Any], ConvProblem]]:
+    """Each row of a suite frame with its forward problem.
+
+    Keeps the per-row (network, layer, size) identity, duplicates included, so that per-layer costs can be
+    summed into whole-network totals.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        Rows with (at least) :data:`LAYER_FIELDS`; typically from :func:`load_suite` / :func:`load_suites`.
+    dtype, layout : str
+        Numeric type and memory layout of the problems (see :data:`~algosel.problem.DTYPES`, ``LAYOUTS``).
+
+    Returns
+    -------
+    list of (dict, ConvProblem)
+        ``(row as a dict, problem with direction "fwd")`` in row order.
+
+    Raises
+    ------
+    ValueError
+        If a shape column is missing, or a row is not a valid problem.
+    """
+    missing = [column for column in LAYER_FIELDS if column not in frame.columns]
+    if missing:
+        raise ValueError(f"suite frame is missing column(s): {', '.join(missing)}")
+    pairs = []
+    for row in frame.to_dict("records"):
+        fields = {field: int(row[field]) for field in LAYER_FIELDS}
+        pairs.append((row, ConvProblem(**fields, dtype=dtype, layout=layout, direction="fwd")))
+    return pairs
+
+
+def suite_problems(frame: pd.DataFrame, dtype: str, layout: str = "nchw") -> list[ConvProblem]:
+    """The distinct forward problems of a suite frame, in order of first appearance.
+
+    Many layers share a shape (e.g. repeated ResNet blocks, or the same layer at several FPN sizes that
+    coincide), and each shape needs measuring only once; deduplication is by :attr:`ConvProblem.shape_key`.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        Rows with (at least) :data:`LAYER_FIELDS`.
+    dtype, layout : str
+        Numeric type and memory layout of the problems.
+
+    Returns
+    -------
+    list of ConvProblem
+        With direction ``"fwd"``.
+    """
+    seen: set[str] = set()
+    problems = []
+    for _, problem in suite_layer_problems(frame, dtype, layout):
+        if problem.shape_key not in seen:
+            seen.add(problem.shape_key)
+            problems.append(problem)
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m algosel.measure.suites [OUTDIR] [--suites NAME ...]``: extract and write suite CSVs."""
+    parser = argparse.ArgumentParser(prog="python -m algosel.measure.suites", description=main.__doc__)
+    parser.add_argument(
+        "outdir", nargs="?", type=Path, default=DEFAULT_SUITES_DIR, help=f"default: {DEFAULT_SUITES_DIR}"
+    )
+    parser.add_argument("--suites", nargs="+", choices=sorted(SUITES), help="default: all suites")
+    args = parser.parse_args(argv)
+    try:
+        paths = write_suites(args.outdir, args.suites)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for path in paths:
+        frame = load_suite(path.stem, path.parent)
+        print(f"{path}: {len(frame)} conv calls, {len(suite_problems(frame, 'float32'))} distinct shapes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

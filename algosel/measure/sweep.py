@@ -1,0 +1,272 @@
+"""The sweeper: measure every candidate of every space on every problem of a list of cases.
+
+A *case* is one shape x dtype x layout; the sweeper measures its three directions together (they share the
+shape, and the runtime hook needs all three). For each problem it
+
+1. makes several operand sets of fresh random values and the reference result of the first (float32, TF32 off);
+2. enumerates the candidates of every space;
+3. prepares each candidate (a build failure is a record), skips one needing more workspace than the limit
+   (a record), runs it once on a poisoned output and compares with the reference (a mismatch is a record,
+   never a timing), then times it with the injected timer.
+
+:func:`run_sweep` drives the cases with resumption, sharding, a time budget and a progress bar; records go
+through a :class:`~algosel.records.Journal` so a killed sweep loses at most the case in flight.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import time
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from algosel.measure.timing import Timer
+from algosel.operands import TOLERANCE, make_operands, math_mode, reference, relative_error
+from algosel.problem import ConvProblem
+from algosel.records.schema import Record
+from algosel.records.store import Journal, load_records, part_paths
+from algosel.spaces.base import Candidate, CandidateError, CandidateSpace
+
+log = logging.getLogger(__name__)
+
+#: Default limit on a candidate's workspace (larger ones are recorded as ``workspace_exceeded``).
+DEFAULT_WORKSPACE_LIMIT_BYTES = 8 << 30
+
+
+@dataclass(frozen=True)
+class SweepCase:
+    """One shape x dtype x layout to measure in all three directions; ``source`` says where it came from."""
+
+    problem: ConvProblem
+    source: str
+
+    @property
+    def key(self) -> str:
+        return self.problem.case_key
+
+
+def _row(problem: ConvProblem, source: str, cand: Candidate, env_id: str, **measured: Any) -> dict[str, Any]:
+    return Record.of(problem, source, cand, env_id, **measured).to_dict()
+
+
+class Sweeper:
+    """Measures the candidates of ``spaces`` on problems (see the module docstring).
+
+    Parameters
+    ----------
+    spaces : sequence of CandidateSpace
+    timer : Timer
+        :class:`~algosel.measure.timing.CudaEventTimer` on a GPU, :class:`~algosel.measure.timing.FakeTimer` in tests.
+    environment : dict
+        The environment record (its ``env_id`` goes into every row).
+    device : str
+        Where operands live (``"cuda"``; ``"cpu"`` for tests of the GEMM and PyTorch spaces).
+    operand_sets : int
+        Operand sets rotated through while timing (no cache-warm inputs).
+    workspace_limit_bytes : int
+    """
+
+    def __init__(
+        self,
+        spaces: Sequence[CandidateSpace],
+        timer: Timer,
+        environment: dict[str, Any],
+        device: str = "cuda",
+        operand_sets: int = 3,
+        workspace_limit_bytes: int = DEFAULT_WORKSPACE_LIMIT_BYTES,
+        seed: int = 0,
+    ):
+        self.spaces = list(spaces)
+        self.timer = timer
+        self.environment = environment
+        self.device = device
+        self.operand_sets = operand_sets
+        self.workspace_limit_bytes = workspace_limit_bytes
+        self.seed = seed
+
+    def _sync(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def measure_problem(self, problem: ConvProblem, source: str = "") -> list[dict[str, Any]]:
+        """Records of every candidate of every space on one problem (one direction)."""
+        env = self.environment["env_id"]
+        rows: list[dict[str, Any]] = []
+        generator = torch.Generator(device=self.device).manual_seed(self.seed ^ zlib.crc32(problem.key.encode()))
+        with math_mode(problem):
+            opsets = [make_operands(problem, self.device, generator) for _ in range(self.operand_sets)]
+            ref = reference(problem, opsets[0])
+            best_ms: float | None = None
+            for space in self.spaces:
+                try:
+                    candidates = space.enumerate(problem)
+                except CandidateError as exc:
+                    rows.append(
+                        _row(problem, source, Candidate(space.name, "*"), env, status=exc.status, reason=exc.reason)
+                    )
+                    continue
+                for cand in candidates:
+                    row = self._measure_candidate(space, problem, source, cand, opsets, ref, best_ms)
+                    rows.append(row)
+                    if row["status"] == "ok":
+                        best_ms = row["time_ms_median"] if best_ms is None else min(best_ms, row["time_ms_median"])
+                space.release(problem)
+        del opsets, ref
+        return rows
+
+    def _measure_candidate(self, space, problem, source, cand, opsets, ref, best_ms) -> dict[str, Any]:
+        row = functools.partial(_row, problem, source, cand, self.environment["env_id"])
+        try:
+            prepared = space.prepare(problem, cand)
+        except CandidateError as exc:
+            return row(status=exc.status, reason=exc.reason)
+        workspace = int(prepared.workspace_bytes)
+        row = functools.partial(row, workspace_bytes=workspace)
+        try:
+            if workspace > self.workspace_limit_bytes:
+                reason = f"needs {workspace} bytes, limit {self.workspace_limit_bytes}"
+                return row(status="workspace_exceeded", reason=reason)
+            # Poison the output so that elements the candidate fails to write cannot pass the check.
+            opsets[0].output(problem.direction).fill_(math.nan)
+            try:
+                out = prepared.run(opsets[0])
+                self._sync()
+                err = relative_error(out, ref)
+            except (RuntimeError, CandidateError, torch.cuda.OutOfMemoryError) as exc:
+                return row(status="run_failed", reason=f"{type(exc).__name__}: {exc}"[:500])
+            limit = TOLERANCE[problem.dtype]
+            if not err <= limit:
+                return row(status="wrong_result", max_rel_error=err, reason=f"relative error {err:.3g} > {limit:g}")
+            try:
+                m = self.timer.measure(lambda i: prepared.run(opsets[i % len(opsets)]), cand.candidate_id, best_ms)
+            except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
+                reason = f"while timing: {type(exc).__name__}: {exc}"[:500]
+                return row(status="run_failed", max_rel_error=err, reason=reason)
+            return row(
+                time_ms_median=m.median_ms,
+                time_ms_p25=m.p25_ms,
+                time_ms_p75=m.p75_ms,
+                time_ms_min=m.min_ms,
+                repeats=m.repeats,
+                starved=m.starved,
+                host_overhead_us=m.host_overhead_us,
+                max_rel_error=err,
+            )
+        finally:
+            prepared.close()
+
+    def measure_case(self, case: SweepCase) -> list[dict[str, Any]]:
+        """Records of all three directions of a case."""
+        rows = []
+        for problem in case.problem.directions():
+            rows.extend(self.measure_problem(problem, case.source))
+        return rows
+
+
+# ------------------------------------------------------------------------------------------------- driving
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` -> ``(i, n)`` with ``0 <= i < n``."""
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard must look like i/n (e.g. 0/4), got {text!r}") from None
+    if not 0 <= i < n:
+        raise ValueError(f"--shard {text}: need 0 <= i < n")
+    return i, n
+
+
+def shard_cases(cases: Sequence[SweepCase], shard: tuple[int, int]) -> list[SweepCase]:
+    """The cases of one shard: a stable split by case key, so that every process agrees without talking."""
+    i, n = shard
+    return [c for c in cases if zlib.crc32(c.key.encode()) % n == i]
+
+
+def done_case_keys(*datasets: str | Path) -> set[str]:
+    """Case keys already recorded in the given dataset directories (missing directories are empty)."""
+    keys: set[str] = set()
+    existing = [d for d in datasets if Path(d).exists() and part_paths(d)]
+    if existing:
+        frame, _ = load_records(*existing)
+        keys |= set(frame["case_key"].unique())
+    return keys
+
+
+@dataclass
+class SweepReport:
+    measured: int = 0
+    skipped_done: int = 0
+    skipped_crashed: int = 0
+    left_for_later: int = 0
+    part: Path | None = None
+
+
+def run_sweep(
+    cases: Sequence[SweepCase],
+    sweeper: Sweeper,
+    out_dir: str | Path,
+    shard: tuple[int, int] = (0, 1),
+    resume_from: Iterable[str | Path] = (),
+    time_budget_s: float | None = None,
+    progress: bool = True,
+) -> SweepReport:
+    """Measure the shard's cases not yet recorded in ``out_dir`` or ``resume_from``; see the module docstring.
+
+    Stops starting new cases once the time budget would be exceeded (judged by the mean case time so far), and
+    compacts what it measured into ``out_dir/part-<time>-<shard>.parquet``.
+    """
+    from tqdm.auto import tqdm  # noqa: PLC0415
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tag = f"{shard[0]}of{shard[1]}"
+    journal = Journal(out_dir / f"journal-{tag}.jsonl")
+    # Recover what a killed run of this shard left in its journal.
+    _, _, warnings = journal.read()
+    for w in warnings:
+        log.warning(w)
+    journal.compact(out_dir, f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{tag}-recovered")
+    inflight_path = out_dir / f"inflight-{tag}.json"
+    crashed: dict[str, int] = json.loads(inflight_path.read_text()) if inflight_path.exists() else {}
+
+    report = SweepReport()
+    done = done_case_keys(out_dir, *resume_from)
+    mine = shard_cases(cases, shard)
+    todo = []
+    for c in mine:
+        if c.key in done:
+            report.skipped_done += 1
+        elif crashed.get(c.key, 0) >= 2:
+            log.warning("skipping %s: it ended the sweep process twice", c.key)
+            report.skipped_crashed += 1
+        else:
+            todo.append(c)
+    start = time.monotonic()
+    bar = tqdm(todo, desc=f"sweep {shard[0]}/{shard[1]}", unit="case", disable=not progress, position=shard[0])
+    for index, case in enumerate(bar):
+        elapsed = time.monotonic() - start
+        if time_budget_s is not None and index and elapsed + elapsed / index > time_budget_s:
+            report.left_for_later = len(todo) - index
+            break
+        # Count the attempt before starting: a case that kills the process is skipped after two attempts.
+        crashed[case.key] = crashed.get(case.key, 0) + 1
+        inflight_path.write_text(json.dumps(crashed))
+        rows = sweeper.measure_case(case)
+        journal.append(case.key, rows, sweeper.environment)
+        crashed.pop(case.key)
+        inflight_path.write_text(json.dumps(crashed))
+        report.measured += 1
+        bar.set_postfix_str(case.problem.shape_key[:40])
+    bar.close()
+    if not crashed:
+        inflight_path.unlink(missing_ok=True)
+    report.part = journal.compact(out_dir, f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{tag}")
+    return report

@@ -1,0 +1,97 @@
+"""The catalogue: the recorded candidates of every problem of one environment, queried by problem.
+
+A selector ships with the catalogue of its training records (``catalogue.parquet``): for a recorded problem it
+gives the candidate list cuDNN offered (with heuristic ranks, notes, workspace, status and median time); for a
+problem never recorded, the list of the *nearest* recorded problem of the same kind (direction, dtype, layout,
+fully-connected / pointwise / depthwise), nearest in log2 of the shape fields.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from algosel.problem import ConvProblem
+from algosel.records.schema import CANDIDATE_COLUMNS
+
+#: The record columns a catalogue keeps.
+CATALOGUE_COLUMNS: tuple[str, ...] = ("time_ms_median", "problem_key", *CANDIDATE_COLUMNS, "workspace_bytes", "status")
+#: Log-scaled fields that define "nearest" between problems of one kind.
+_NEAREST_FIELDS = ("n", "c", "k", "h", "w", "r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w", "groups")
+
+
+def problem_kind(p: ConvProblem) -> tuple:
+    """Problems of one kind share their candidate lists closely enough for a nearest-problem lookup."""
+    return (p.direction, p.dtype, p.layout, p.is_fully_connected, p.is_pointwise and not p.is_fully_connected,
+            p.is_depthwise)  # fmt: skip
+
+
+def _position(p: ConvProblem) -> np.ndarray:
+    return np.log2(np.array([getattr(p, f) for f in _NEAREST_FIELDS], dtype=np.float64))
+
+
+class Catalogue:
+    """Recorded candidate rows by problem (see the module docstring)."""
+
+    def __init__(self, frame: pd.DataFrame, environment: Mapping[str, Any] | None = None):
+        self.environment = dict(environment or {})
+        cat = frame.sort_values("problem_key", kind="stable").reset_index(drop=True)
+        cat["notes"] = cat["notes"].fillna("")
+        cat["knobs"] = cat["knobs"].fillna("")
+        self.frame = cat
+        # Rows of one problem are turned into dicts on first use: converting all of them costs seconds at load.
+        self._columns = list(cat.columns)
+        self._arrays = [cat[c].to_numpy(dtype=object) for c in self._columns]
+        keys, starts = np.unique(cat["problem_key"].to_numpy(), return_index=True)
+        ends = np.append(starts[1:], len(cat))
+        self._spans = {k: (int(a), int(b)) for k, a, b in zip(keys, starts, ends)}
+        self._rows: dict[str, list[dict[str, Any]]] = {}
+        buckets: dict[tuple, list[tuple[np.ndarray, str]]] = {}
+        for key in self._spans:
+            p = ConvProblem.from_key(key)
+            buckets.setdefault(problem_kind(p), []).append((_position(p), key))
+        self._nearest = {
+            kind: (np.vstack([v for v, _ in items]), [k for _, k in items]) for kind, items in buckets.items()
+        }
+
+    @classmethod
+    def from_records(cls, frame: pd.DataFrame, environment: Mapping[str, Any] | None = None) -> Catalogue:
+        return cls(frame[list(CATALOGUE_COLUMNS)].copy(), environment)
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    def is_recorded(self, problem: ConvProblem) -> bool:
+        return problem.key in self._spans
+
+    def rows(self, key: str) -> list[dict[str, Any]] | None:
+        """The recorded candidate rows of a problem key (``None``: not recorded)."""
+        rows = self._rows.get(key)
+        if rows is None:
+            span = self._spans.get(key)
+            if span is None:
+                return None
+            a, b = span
+            rows = [dict(zip(self._columns, values)) for values in zip(*(arr[a:b] for arr in self._arrays))]
+            self._rows[key] = rows
+        return rows
+
+    def nearest(self, problem: ConvProblem) -> str | None:
+        """The key of the nearest recorded problem of the same kind (``None``: nothing of its kind recorded)."""
+        bucket = self._nearest.get(problem_kind(problem))
+        if bucket is None:
+            return None
+        positions, keys = bucket
+        return keys[int(np.argmin(((positions - _position(problem)) ** 2).sum(axis=1)))]
+
+    def time_ms(self, key: str, candidate_id: str) -> float | None:
+        """The recorded median time of a candidate on a problem; ``None`` when not timed there."""
+        for row in self.rows(key) or ():
+            if row["candidate_id"] == candidate_id:
+                t = row.get("time_ms_median")
+                return None if t is None or (isinstance(t, float) and math.isnan(t)) else float(t)
+        return None

@@ -1,0 +1,1 @@
+"""The runtime: ``algosel.predict`` for any framework and the PyTorch hook."""

@@ -1,0 +1,120 @@
+"""``algosel.predict``: the fastest candidates for a convolution, for any framework."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from algosel.learn.models import MODEL_SPACES, load_default
+from algosel.learn.selector import Choice, Selector
+from algosel.problem import ConvProblem
+from algosel.records.environment import mismatches, visible_gpu
+from algosel.spaces import get_space
+
+_selectors: dict[Any, Selector] = {}
+_live: dict[int, bool] = {}
+
+
+def _selector(model: str | Path | Selector | None, force: bool, space: str = "cudnn") -> Selector:
+    if isinstance(model, Selector):
+        return model
+    key = (str(model) if model is not None else None, force, space)
+    sel = _selectors.get(key)
+    if sel is None:
+        sel = load_default(force=force, space=space) if model is None else Selector.load(model, force=force)
+        _selectors[key] = sel
+    return sel
+
+
+def live_available(sel: Selector) -> bool:
+    """Whether ``sel`` can rank live candidate lists here: a GPU, the space's library, and the model's own GPU and
+    cuDNN (memoised per selector)."""
+    hit = _live.get(id(sel))
+    if hit is None:
+        here = visible_gpu()
+        try:
+            hit = (
+                here is not None and get_space(sel.space).available() is None and not mismatches(sel.environment, here)
+            )
+        except Exception:  # noqa: BLE001 - anything missing means offline
+            hit = False
+        _live[id(sel)] = hit
+    return hit
+
+
+_FIELDS = {f.name for f in dataclasses.fields(ConvProblem)}
+
+
+def predict(
+    problem: ConvProblem | None = None,
+    /,
+    *,
+    model: str | Path | Selector | None = None,
+    max_workspace_bytes: int | None = None,
+    deterministic: bool = False,
+    top_k: int = 1,
+    live: bool | None = None,
+    force: bool = False,
+    space: str = "cudnn",
+    **fields: Any,
+) -> list[Choice]:
+    """Rank the candidates for a convolution, best first.
+
+    Parameters
+    ----------
+    problem : ConvProblem, optional
+        The problem; or give its fields as keywords (``n=..., c=..., k=..., h=..., w=..., r=..., s=...``, and
+        optionally padding, stride, dilation, groups, ``dtype``, ``layout``, ``direction``). Keywords given with a
+        problem replace its fields.
+    model : path or Selector, optional
+        A model directory; default: the shipped model for this GPU (or the first shipped model without a GPU).
+    max_workspace_bytes : int, optional
+        Drop candidates known to need more workspace.
+    deterministic : bool
+        Only candidates known to be deterministic (:func:`algosel.learn.rules.allowed`: with the shipped models
+        GEMM lowering and PyTorch's default only, since their records carry no numerical notes).
+    top_k : int
+        How many choices to return.
+    live : bool, optional
+        Rank cuDNN's live candidate list (needs a GPU and the frontend); default: when available.
+    force : bool
+        Use a model trained for another GPU or cuDNN (with a warning) instead of refusing.
+    space : str
+        ``"cudnn"`` (default): engine configs of the graph API, GEMM lowering and PyTorch's default.
+        ``"legacy"``: the legacy API's algorithms, for frameworks that call ``cudnnConvolutionForward`` and its
+        backward twins; each choice carries ``cudnn_algo`` (e.g. ``CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM``,
+        C value in ``engine_id``) and ``cudnn_math_type`` to set on the convolution descriptor.
+
+    Returns
+    -------
+    list of Choice
+        ``candidate_id`` (``cudnn:eng..``, ``gemm:fc``, ``gemm:pointwise``, ``pytorch:default`` or
+        ``legacy:<ALGO>.<MATH_TYPE>``), space, engine
+        id and knobs, model score, workspace bytes where known, and where the candidate list came from.
+        Memoised per problem and arguments.
+
+    Raises
+    ------
+    ValueError
+        For a bad problem (naming the field and value) or when no candidate passes the filters.
+    """
+    if fields:
+        unknown = sorted(set(fields) - _FIELDS)
+        if unknown:
+            raise ValueError(
+                f"predict() got an unknown problem field {unknown[0]!r}; fields: {', '.join(sorted(_FIELDS))}"
+            )
+        problem = problem.replace(**fields) if problem is not None else ConvProblem(**fields)
+    elif problem is None:
+        raise ValueError("predict() needs a ConvProblem or its fields as keywords (n=, c=, k=, h=, w=, r=, s=, ...)")
+    if top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if space not in MODEL_SPACES:
+        raise ValueError(f"space must be {' or '.join(map(repr, MODEL_SPACES))}, got {space!r}")
+    sel = _selector(model, force, space)
+    if sel.space != space:
+        raise ValueError(f"the model {model} selects {sel.space} candidates, not {space}")
+    if live is None:
+        live = live_available(sel)
+    return sel.choose(problem, max_workspace_bytes, deterministic, top_k, live)

@@ -1,0 +1,130 @@
+"""The package's architecture: one role per package, imports only downward, no import cycle (lazy imports included)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "algosel"
+#: Layers, bottom first: a module may import its own layer and the layers below, never above
+#: (docs/architecture.md draws this).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("algosel.version", "algosel.problem", "algosel.resources"),
+    ("algosel.operands",),
+    ("algosel.spaces",),
+    ("algosel.records",),
+    ("algosel.measure",),
+    ("algosel.learn",),
+    ("algosel.runtime",),
+    ("algosel.study",),
+    ("algosel", "algosel.cli", "algosel.hook", "algosel.__main__"),
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every ``algosel`` module a file imports, at module level or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("algosel")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("algosel") and node.level == 0:
+            found.add(node.module)
+            # ``from algosel.spaces import gemm`` imports a module too
+            found |= {f"{node.module}.{a.name}" for a in node.names if _is_module(f"{node.module}.{a.name}")}
+    return found
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split("."))
+    return (PACKAGE.parent / rel).with_suffix(".py").is_file() or (PACKAGE.parent / rel / "__init__.py").is_file()
+
+
+def _graph() -> dict[str, set[str]]:
+    return {_module_name(p): _imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def _layer(module: str) -> int:
+    best = None
+    for i, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (i, len(prefix))
+    assert best is not None, f"{module} is in no layer of tests/test_architecture.py"
+    return best[0]
+
+
+def test_every_module_is_in_a_layer():
+    for module in _graph():
+        _layer(module)
+
+
+def test_imports_only_go_downward():
+    upward = [
+        f"{module} (layer {_layer(module)}) imports {target} (layer {_layer(target)})"
+        for module, targets in _graph().items()
+        for target in targets
+        if _layer(target) > _layer(module)
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycle():
+    full = _graph()
+    graph = {m: {t for t in ts if t in full} for m, ts in full.items()}
+    # Tarjan's strongly connected components: a component of more than one module is a cycle.
+    index, low, on_stack, stack, cycles = {}, {}, set(), [], []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import algosel.learn.selector\n", {"algosel.learn.selector"}),
+        ("def f():\n    from algosel.spaces import gemm\n", {"algosel.spaces", "algosel.spaces.gemm"}),
+    ],
+)
+def test_the_import_walker_sees_module_and_function_level_imports(tmp_path, source, expected):
+    f = tmp_path / "m.py"
+    f.write_text(source)
+    assert _imports(f) == expected
+
+
+def test_a_cycle_would_be_caught(tmp_path, monkeypatch):
+    """The cycle check itself: two modules importing each other (lazily) form a component."""
+    graph = {"algosel.a": {"algosel.b"}, "algosel.b": {"algosel.a"}}
+    monkeypatch.setattr(sys.modules[__name__], "_graph", lambda: graph)
+    with pytest.raises(AssertionError, match="import cycles"):
+        test_no_import_cycle()

@@ -1,0 +1,62 @@
+"""A non-editable install (the wheel, as ``pip install .`` makes it) finds the shipped model and suites."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The package as a wheel install puts it: the built wheel unpacked into a folder of its own."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(REPO), "-w", str(out)],
+        check=True,
+        capture_output=True,
+        cwd=out,
+    )
+    (wheel,) = out.glob("algosel-*.whl")
+    site = out / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    return site
+
+
+def _run(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(site))
+    return subprocess.run(
+        [sys.executable, *args], check=False, capture_output=True, text=True, env=env, cwd=cwd, timeout=300
+    )
+
+
+def test_the_wheel_carries_the_shipped_model_and_suites(installed):
+    shipped = installed / "algosel" / "shipped"
+    for name in ("model.txt", "manifest.json", "catalogue.parquet"):
+        assert (shipped / "models" / "h200-cudnn91900" / name).is_file()
+    assert (shipped / "suites" / "resnet50.csv").is_file()
+
+
+def test_an_installed_algosel_predicts_from_anywhere(installed, tmp_path):
+    where = _run(installed, "-c", "import algosel; print(algosel.__file__)", cwd=tmp_path)
+    assert Path(where.stdout.strip()).is_relative_to(installed), "the wheel's copy is the one imported"
+    got = _run(installed, "-m", "algosel", "predict", "--n", "32", "--c", "64", "--k", "64", "--h", "56", "--w",
+               "56", "--r", "3", "--s", "3", "--pad", "1", "--offline", cwd=tmp_path)  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    lines = got.stdout.splitlines()
+    assert lines[0] == "n32_c64_k64_h56_w56_r3_s3_p1x1_u1x1_d1x1_g1_float32_nchw_fwd"
+    assert len(lines) == 4 and all(":" in line for line in lines[1:])
+
+
+def test_an_installed_algosel_loads_the_shipped_suites(installed, tmp_path):
+    got = _run(installed, "-c", "from algosel.measure.suites import load_suite; print(len(load_suite('resnet50')))",
+               cwd=tmp_path)  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    assert int(got.stdout) > 50
