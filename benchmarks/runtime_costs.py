@@ -113,6 +113,7 @@ def measure_problem(space, ext, problem: ConvProblem) -> dict:
     ref = F.conv2d(x, w, None, **args_)
     prepared.run(ops)
     row["ordered_form_rel_err"] = relative_error(ops.y, ref.double())
+    print("python paths", json.dumps(row, default=float), flush=True)
     if ext is not None:
         mf = torch.channels_last if problem.layout == "nhwc" else torch.contiguous_format
         yt = torch.empty(problem.y_shape, device="meta").contiguous(memory_format=mf)

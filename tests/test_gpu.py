@@ -226,7 +226,7 @@ HOOK_CASES = [
 
 @pytest.mark.parametrize(("shape", "kwargs", "dtype", "channels_last"), HOOK_CASES)
 def test_hook_matches_pytorch_forward_and_backward_on_gpu(shape, kwargs, dtype, channels_last):
-    from algosel import hook
+    from algosel.runtime import hook
 
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(shape[1], **kwargs).cuda().to(dtype)
@@ -250,7 +250,7 @@ def test_hook_matches_pytorch_forward_and_backward_on_gpu(shape, kwargs, dtype, 
 
 
 def test_hook_uses_each_path_and_autocast_on_gpu():
-    from algosel import hook
+    from algosel.runtime import hook
 
     model = torch.nn.Sequential(
         torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(64, 256, 28)
@@ -267,7 +267,7 @@ def test_hook_uses_each_path_and_autocast_on_gpu():
 
 
 def test_hook_passes_bad_input_to_pytorch_on_gpu():
-    from algosel import hook
+    from algosel.runtime import hook
 
     x, w = torch.randn(1, 4, 5, 5, device="cuda"), torch.randn(6, 4, 3, 3)
     with pytest.raises(RuntimeError) as expected:

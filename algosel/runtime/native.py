@@ -2,8 +2,8 @@
 
 The extension runs the selector's cuDNN plans and the hooked convolution's autograd Function in C++ (a hooked call
 then costs about what PyTorch's own call costs on the host). It needs a C++ compiler, CUDA's headers (nvcc's
-toolkit), cuDNN's headers (the ``nvidia-cudnn`` wheel torch depends on) and the cuDNN frontend's headers (the
-``nvidia-cudnn-frontend`` wheel). Building takes about a minute: it is never done implicitly inside a training
+toolkit), cuDNN's headers and library (the ``nvidia-cudnn`` wheel torch depends on) and the cuDNN frontend (the
+``nvidia-cudnn-frontend`` wheel), whose bundled JSON reader decodes the plans it serializes. Building takes about a minute: it is never done implicitly inside a training
 step. ``algosel build-ext`` (or :func:`build`) builds it into the cache folder; afterwards :func:`load` imports it
 in every process of this environment. Without it the runtime uses its Python path (same choices, more host time).
 """
@@ -22,6 +22,8 @@ from types import ModuleType
 log = logging.getLogger(__name__)
 
 _SOURCES = ("plan.cpp", "conv_ext.cpp")
+#: Compiler flags (part of the build's identity).
+_CFLAGS = ("-O2", "-std=c++17")
 _HEADERS = ("plan.h",)
 _NAME = "algosel_conv_ext"
 _loaded: dict[str, ModuleType | None] = {}
@@ -71,7 +73,7 @@ def environment_tag() -> str:
         frontend = getattr(cudnn, "__version__", "?")
     except ImportError:
         frontend = "none"
-    h.update(f"{torch.__version__}|{torch.version.cuda}|{frontend}|{sys.version_info[:2]}".encode())
+    h.update(f"{torch.__version__}|{torch.version.cuda}|{frontend}|{sys.version_info[:2]}|{_CFLAGS}".encode())
     return h.hexdigest()
 
 
@@ -153,12 +155,9 @@ def build(verbose: bool = False) -> Path:
     cuda_home = cpp_extension.CUDA_HOME
     if cuda_home is None or not (Path(cuda_home) / "include" / "cuda_runtime.h").is_file():
         raise NativeBuildError("CUDA's headers are missing (set CUDA_HOME to a CUDA toolkit)")
+    # The frontend's folder for the JSON reader it bundles (nlohmann/json), cuDNN's for cudnn.h.
     includes = [str(frontend), str(cudnn_inc), str(Path(cuda_home) / "include")]
-    # nvrtc.h (the frontend includes it): the toolkit's, else the nvidia-cuda-nvrtc wheel's.
-    for base in map(Path, sys.path):
-        for sub in ("cu13", "cuda_nvrtc"):
-            if (base / "nvidia" / sub / "include" / "nvrtc.h").is_file():
-                includes.append(str(base / "nvidia" / sub / "include"))
+    cudnn_lib = cudnn_inc.parent / "lib"
     out = build_dir()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -166,15 +165,9 @@ def build(verbose: bool = False) -> Path:
         name=_NAME,
         sources=[str(_source_dir() / s) for s in _SOURCES],
         extra_include_paths=includes,
-        extra_cflags=[
-            "-O2",
-            "-std=c++17",
-            "-DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING",
-            # The frontend is header-only and libtorch carries its own copy: keep ours bound to ours.
-            "-fvisibility=hidden",
-            "-fvisibility-inlines-hidden",
-        ],
-        extra_ldflags=["-ldl"],
+        extra_cflags=list(_CFLAGS),
+        # The libcudnn.so.9 torch loads (same file, so the same library at run time).
+        extra_ldflags=[f"-L{cudnn_lib}", "-l:libcudnn.so.9", f"-Wl,-rpath,{cudnn_lib}"],
         with_cuda=True,
         build_directory=str(out),
         verbose=verbose,

@@ -6,8 +6,8 @@
 // convolution's three directions (-1: PyTorch's own kernel for that direction) with its geometry
 // (`register_route`); `run_route` is the per-call entry point: one call from Python, no Python in backward.
 //
-// Built on demand with torch.utils.cpp_extension (algosel/runtime/native.py) where a compiler, CUDA's and cuDNN's
-// headers exist; without it the runtime uses its Python path.
+// Built by `algosel build-ext` with torch.utils.cpp_extension (algosel/runtime/native.py) where a compiler, CUDA's
+// and cuDNN's headers exist; without it the runtime uses its Python path.
 
 #include <torch/extension.h>
 
