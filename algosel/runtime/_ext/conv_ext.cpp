@@ -158,7 +158,8 @@ struct ConvFunction : public torch::autograd::Function<ConvFunction> {
     const auto mf = r.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
     at::Tensor gy = grads[0].contiguous(mf);
     const bool need_x = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
-    const bool need_b = ctx->needs_input_grad(2) && ctx->saved_data["bias"].toBool();
+    // needs_input_grad indexes the tensor inputs that were given: bias is the third only where it was given.
+    const bool need_b = ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2);
     // Directions PyTorch computes are asked of it in one call, with both mask bits, as autograd would.
     const bool native_x = need_x && r.plan[kBwdData] < 0, native_w = need_w && r.plan[kBwdFilter] < 0;
     at::Tensor gx, gw, gb;
