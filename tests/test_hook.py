@@ -1,4 +1,5 @@
-"""The runtime hook on CPU: GEMM lowering and pass-through give PyTorch's results and gradients."""
+"""The runtime hook on CPU: its decisions, GEMM lowering and pass-through give PyTorch's results and gradients,
+in every mode of autograd a training loop uses, and torch.compile keeps it in its graph."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch.nn.functional as F
 
 from algosel.learn.selector import Selector
 from algosel.problem import ConvProblem
+from algosel.runtime import executor as executor_mod
 from algosel.runtime import hook
 from algosel.spaces.base import PreparedCandidate
 
@@ -19,11 +21,25 @@ def shipped():
     return Selector.load(default_model_dir())
 
 
+class Predicting:
+    """A selector with a time predictor that says GEMM lowering takes a fifth of PyTorch's default time (the hook's
+    decision is what is tested here, not the model's predictions)."""
+
+    def __init__(self, sel: Selector, gemm_ratio: float = 0.2):
+        self._sel, self._ratio = sel, gemm_ratio
+
+    def __getattr__(self, name):
+        return getattr(self._sel, name)
+
+    def predicted_time_ms(self, problem, candidate_ids):
+        return {c: (self._ratio if c.startswith("gemm:") else 1.0) for c in candidate_ids}
+
+
 @pytest.fixture
 def executor(shipped):
-    """The shipped H200 model, offline (no GPU here): cuDNN choices pass through, GEMM lowering runs."""
+    """The shipped H200 model, offline (no GPU here), with a time predictor that makes GEMM lowering pay."""
     hook.reset_stats()
-    return hook.Executor(selector=shipped, live=False, min_gain_us=0.0)
+    return hook.Executor(selector=Predicting(shipped), live=False)
 
 
 REF = hook._original_conv2d  # PyTorch's own conv2d, whatever the switches say
@@ -53,6 +69,33 @@ def test_fully_connected_mode_runs_as_gemm_forward_and_backward(executor):
     assert s.get("gemm", 0) == 3, s  # forward, grad-input and grad-weight all lowered to matmuls
 
 
+def test_an_unrecorded_problem_without_a_gain_estimate_passes_through(shipped):
+    """A network the model knows nothing about runs at PyTorch's speed: no records, no measurement, no predicted
+    times, no switch."""
+    hook.reset_stats()
+    ex = hook.Executor(selector=shipped, live=False)
+    x, w = torch.randn(64, 256, 6, 6), torch.randn(512, 256, 6, 6)
+    with hook.enabled(ex):
+        torch.testing.assert_close(F.conv2d(x, w), REF(x, w))
+    assert hook.stats() == {"pytorch:no gain estimate for an unrecorded problem": 1}
+
+
+def test_a_predicted_gain_too_small_to_pay_passes_through(shipped):
+    hook.reset_stats()
+    ex = hook.Executor(selector=Predicting(shipped, gemm_ratio=0.95), live=False)  # 5% faster: under the margin
+    x, w = torch.randn(64, 256, 6, 6), torch.randn(512, 256, 6, 6)
+    with hook.enabled(ex):
+        F.conv2d(x, w)
+    assert hook.stats() == {"pytorch:gain below the threshold": 1}
+
+
+def test_a_dtype_the_model_was_not_trained_on_passes_through(executor):
+    x, w = torch.randn(4, 256, 6, 6, dtype=torch.float64), torch.randn(512, 256, 6, 6, dtype=torch.float64)
+    with hook.enabled(executor):
+        torch.testing.assert_close(F.conv2d(x, w), REF(x, w))
+    assert set(hook.stats()) == {"pytorch:dtype not covered"}
+
+
 @pytest.mark.parametrize(
     ("shape", "kwargs"),
     [
@@ -75,68 +118,72 @@ def test_other_convolutions_pass_through_with_identical_results(executor, shape,
 def test_channels_last_pointwise_runs_as_gemm_and_keeps_its_layout(executor):
     x = torch.randn(4, 64, 7, 5).contiguous(memory_format=torch.channels_last).requires_grad_()
     w = torch.randn(32, 64, 1, 1).contiguous(memory_format=torch.channels_last).requires_grad_()
-    # The model decides; whatever it picks, results and gradients must be PyTorch's.
     with hook.enabled(executor):
         y = _compare(REF, F.conv2d, [x, w])
-    assert y.shape == (4, 32, 7, 5)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    assert hook.stats().get("gemm") == 3
 
 
-def test_autocast_lowers_the_inputs_like_pytorch(executor):
-    conv = torch.nn.Conv2d(8, 8, 3, padding=1)
-    x = torch.randn(2, 8, 10, 10)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        ref = conv(x)
-        with hook.enabled(executor):
-            got = conv(x)
-    assert got.dtype == ref.dtype == torch.bfloat16
-    torch.testing.assert_close(got, ref, rtol=0, atol=0)  # PyTorch's own path, with autocast's own casts
-    # The shipped model knows float32 and float16: the forward and the weight gradient (the input needs none) stay
-    # with PyTorch.
-    assert hook.stats() == {"pytorch:dtype not covered": 2}
+def test_an_in_place_op_after_a_lowered_conv_trains(executor):
+    """NCHW pointwise lowering runs in the Python Function, whose output is a view of the product: an in-place
+    activation after it (EfficientNet, SqueezeNet) must not raise, and the gradients must be PyTorch's."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 24, 1), torch.nn.ReLU(inplace=True), torch.nn.Conv2d(24, 8, 3))
+    ref = torch.nn.Sequential(*(m for m in __import__("copy").deepcopy(model)))
+    x = torch.randn(3, 16, 9, 9, requires_grad=True)
+    xr = x.detach().clone().requires_grad_()
+    with hook.enabled(executor):
+        y = model(x)
+        y.sum().backward()
+        route_kinds = {r.kind for r in executor._routes.values()}
+    ref(xr).sum().backward()
+    assert "function" in route_kinds
+    torch.testing.assert_close(y, ref(xr), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(x.grad, xr.grad, atol=1e-4, rtol=1e-4)
+    for a, b in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)
 
 
-def test_autocast_to_a_covered_dtype_runs_the_hooks_path(executor):
-    conv = torch.nn.Conv2d(256, 512, 6)
-    x = torch.randn(64, 256, 6, 6)
-    with torch.autocast("cpu", dtype=torch.float16):
-        ref = conv(x)
-        with hook.enabled(executor):
-            got = conv(x)
-            got.float().sum().backward()
-    assert got.dtype == torch.float16 and conv.weight.grad.dtype == torch.float32
-    torch.testing.assert_close(got, ref, rtol=2e-2, atol=2e-2)
-    assert hook.stats().get("gemm") == 2  # forward and weight gradient (the input needs none)
+def test_double_backward_matches_pytorch(executor):
+    x = torch.randn(3, 16, 9, 9, requires_grad=True)
+    w = torch.randn(24, 16, 1, 1, requires_grad=True)
+
+    def second(fn):
+        (gx,) = torch.autograd.grad(fn(x, w).pow(2).sum(), x, create_graph=True)
+        return torch.autograd.grad(gx.sum(), w)[0]
+
+    with hook.enabled(executor):
+        got = second(F.conv2d)
+    torch.testing.assert_close(got, second(REF), atol=1e-3, rtol=1e-3)
 
 
-class _AlwaysGemm(hook.Executor):
-    """A stand-in executor: GEMM lowering where the math allows, pass-through elsewhere (for float64 gradcheck)."""
-
-    def __init__(self):  # no model: the plan is fixed
-        self._directions = {}
-
-    def plan(self, problem, device):
-        from algosel.spaces.gemm import gemm_kind
-
-        if gemm_kind(problem):
-            return hook._offline_plan(problem, f"gemm:{gemm_kind(problem)}")
-        return hook._Plan(None, "pytorch:test")
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_forward_without_autograd(executor, mode):
+    x, w = torch.randn(64, 256, 6, 6), torch.randn(512, 256, 6, 6)
+    ctx = torch.no_grad() if mode == "no_grad" else torch.inference_mode()
+    with hook.enabled(executor), ctx:
+        y = F.conv2d(x, w)
+    torch.testing.assert_close(y, REF(x, w), atol=1e-3, rtol=1e-3)
+    assert hook.stats() == {"gemm": 1}
 
 
-@pytest.mark.parametrize("kernel", [(5, 3), (1, 1), (3, 3)])
-def test_gradcheck_of_the_autograd_function_in_float64(kernel):
-    r, s = kernel
-    h, w_ = (5, 3) if kernel == (5, 3) else (4, 6)
-    p = ConvProblem(n=3, c=4, k=5, h=h, w=w_, r=r, s=s, pad_h=int(r == 3), pad_w=int(s == 3), dtype="float32")
-    x = torch.randn(p.x_shape, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(p.w_shape, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(p.k, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x, w, b: hook._Conv2dFunction.apply(x, w, b, p, _AlwaysGemm()), (x, w, b))
+def test_checkpointed_convolutions_train(executor):
+    from torch.utils.checkpoint import checkpoint
+
+    conv = torch.nn.Conv2d(256, 64, 6)
+    x = torch.randn(8, 256, 6, 6, requires_grad=True)
+    xr = x.detach().clone().requires_grad_()
+    with hook.enabled(executor):
+        checkpoint(conv, x, use_reentrant=False).sum().backward()
+    got = (x.grad.clone(), conv.weight.grad.clone())
+    conv.weight.grad = None
+    conv(xr).sum().backward()
+    torch.testing.assert_close(got[0], xr.grad, atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(got[1], conv.weight.grad, atol=1e-3, rtol=1e-3)
 
 
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: (torch.randn(1, 4, 5, 5), torch.randn(6, 4, 3, 3, dtype=torch.float64)),  # dtypes differ
         lambda: (torch.randn(1, 4, 5, 5), torch.randn(6, 3, 3, 3)),  # channels do not match
         lambda: (torch.randn(4, 5, 5), torch.randn(6, 4, 3, 3, 1)),  # wrong ranks
         lambda: (torch.randn(1, 4, 2, 2), torch.randn(6, 4, 3, 3)),  # kernel larger than the input
@@ -158,7 +205,7 @@ class _Broken(PreparedCandidate):
 
 def test_a_failing_candidate_falls_back_and_is_counted(executor):
     p = ConvProblem(n=2, c=16, k=8, h=3, w=3, r=3, s=3, dtype="float32")
-    executor._plans[p] = hook._Plan(_Broken(), "cudnn")
+    executor._plans[p] = executor_mod._Plan(_Broken(), "cudnn")
     x, w = torch.randn(p.x_shape), torch.randn(p.w_shape)
     with hook.enabled(executor):
         got = F.conv2d(x, w)
@@ -181,6 +228,24 @@ def test_switches_restore_pytorchs_conv2d(executor):
     finally:
         hook.disable()
     assert F.conv2d is original
+
+
+def test_enabled_blocks_share_one_executor_per_configuration(shipped, monkeypatch):
+    """A `with enabled():` around every training step plans each convolution once (it made ResNet-50 24x slower
+    when every block made a new executor)."""
+    made = []
+    real = executor_mod.Executor.__init__
+    monkeypatch.setattr(executor_mod.Executor, "__init__", lambda self, **kw: made.append(kw) or real(self, **kw))
+    x, w = torch.randn(2, 8, 11, 9), torch.randn(12, 8, 3, 3)
+    for _ in range(3):
+        with hook.enabled(selector=shipped, live=False) as ex:
+            F.conv2d(x, w)
+    with hook.enabled(selector=shipped, live=False, verify=2) as other:
+        F.conv2d(x, w)
+    assert len(made) == 2 and other is not ex and len(ex._routes) == 1
+    with pytest.raises(ValueError, match="not both"):
+        with hook.enabled(ex, verify=1):
+            pass
 
 
 def test_patch_model_routes_only_that_models_convs(executor):
@@ -224,3 +289,35 @@ def test_fully_connected_mode_runs_as_plain_differentiable_gemms_when_matmul_tf3
         matmul.allow_tf32 = saved
     assert route.kind == "gemm" and "Conv2dFunction" not in type(y.grad_fn).__name__
     assert hook.stats() == {"gemm": 3}
+
+
+def _net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 1), torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 8, 8),  # fully connected mode on the 8x8 map
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("switch", ["enable", "patch_model"])
+def test_torch_compile_keeps_the_hooked_convolutions_in_one_graph(executor, switch):
+    model = _net()
+    x = torch.randn(4, 3, 8, 8, requires_grad=True)
+    ref = model(x)
+    torch._dynamo.reset()
+    if switch == "enable":
+        hook.enable(executor)
+    else:
+        hook.patch_model(model, executor)
+    try:
+        explained = torch._dynamo.explain(model)(x)
+        assert explained.graph_break_count == 0, explained.break_reasons
+        assert explained.graph_count == 1
+        compiled = torch.compile(model, backend="aot_eager")
+        y = compiled(x)
+        y.sum().backward()
+    finally:
+        hook.disable()
+        torch._dynamo.reset()
+    torch.testing.assert_close(y, ref, atol=1e-4, rtol=1e-4)
+    assert x.grad is not None and hook.stats().get("gemm", 0) >= 1, hook.stats()

@@ -99,6 +99,28 @@ class Sweeper:
 
     def measure_problem(self, problem: ConvProblem, source: str = "") -> list[dict[str, Any]]:
         """Records of every candidate of every space on one problem (one direction)."""
+
+        def listed():
+            for space in self.spaces:
+                try:
+                    candidates = space.enumerate(problem)
+                except CandidateError as exc:
+                    yield space, Candidate(space.name, "*"), exc
+                    continue
+                for cand in candidates:
+                    yield space, cand, None
+                space.release(problem)
+
+        return self._measure(problem, source, listed())
+
+    def measure_candidates(
+        self, problem: ConvProblem, candidates: Sequence[tuple[CandidateSpace, Candidate]], source: str = "runtime"
+    ) -> list[dict[str, Any]]:
+        """Records of the given candidates on one problem, checked and timed as in a sweep (the runtime's measured
+        shortlist). A cuDNN candidate that was not enumerated here is built by name."""
+        return self._measure(problem, source, ((space, cand, None) for space, cand in candidates))
+
+    def _measure(self, problem: ConvProblem, source: str, listed) -> list[dict[str, Any]]:
         env = self.environment["env_id"]
         rows: list[dict[str, Any]] = []
         generator = torch.Generator(device=self.device).manual_seed(self.seed ^ zlib.crc32(problem.key.encode()))
@@ -106,20 +128,14 @@ class Sweeper:
             opsets = [make_operands(problem, self.device, generator) for _ in range(self.operand_sets)]
             ref = reference(problem, opsets[0])
             best_ms: float | None = None
-            for space in self.spaces:
-                try:
-                    candidates = space.enumerate(problem)
-                except CandidateError as exc:
-                    rows.append(
-                        _row(problem, source, Candidate(space.name, "*"), env, status=exc.status, reason=exc.reason)
-                    )
+            for space, cand, error in listed:
+                if error is not None:
+                    rows.append(_row(problem, source, cand, env, status=error.status, reason=error.reason))
                     continue
-                for cand in candidates:
-                    row = self._measure_candidate(space, problem, source, cand, opsets, ref, best_ms)
-                    rows.append(row)
-                    if row["status"] == "ok":
-                        best_ms = row["time_ms_median"] if best_ms is None else min(best_ms, row["time_ms_median"])
-                space.release(problem)
+                row = self._measure_candidate(space, problem, source, cand, opsets, ref, best_ms)
+                rows.append(row)
+                if row["status"] == "ok":
+                    best_ms = row["time_ms_median"] if best_ms is None else min(best_ms, row["time_ms_median"])
         del opsets, ref
         return rows
 

@@ -3,9 +3,10 @@
 The extension runs the selector's cuDNN plans and the hooked convolution's autograd Function in C++ (a hooked call
 then costs about what PyTorch's own call costs on the host). It needs a C++ compiler, CUDA's headers (nvcc's
 toolkit), cuDNN's headers and library (the ``nvidia-cudnn`` wheel torch depends on) and the cuDNN frontend (the
-``nvidia-cudnn-frontend`` wheel), whose bundled JSON reader decodes the plans it serializes. Building takes about a minute: it is never done implicitly inside a training
-step. ``algosel build-ext`` (or :func:`build`) builds it into the cache folder; afterwards :func:`load` imports it
-in every process of this environment. Without it the runtime uses its Python path (same choices, more host time).
+``nvidia-cudnn-frontend`` wheel), whose bundled JSON reader decodes the plans it serializes. Building takes about a
+minute: it is never done implicitly inside a training step. ``algosel build-ext`` (or :func:`build`) builds it into
+the cache folder; afterwards :func:`load` imports it in every process of this environment. Without it the runtime
+uses its Python path (same choices, more host time).
 """
 
 from __future__ import annotations

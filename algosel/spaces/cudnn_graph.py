@@ -42,6 +42,7 @@ KNOB_TYPES: dict[str, int] = {name: i for i, name in enumerate((
     "TILE_CGA_M", "TILE_CGA_N", "BLOCK_SIZE", "OCCUPANCY", "ARRAY_SIZE_PER_THREAD", "NUM_C_PER_BLOCK",
     "SPLIT_COLS", "TILE_ROWS", "TILE_COLS", "LOAD_SIZE",
 ))}  # fmt: skip
+_KNOB_NAMES: dict[int, str] = {value: name for name, value in KNOB_TYPES.items()}
 
 
 # ------------------------------------------------------------------------------------- engine-config names
@@ -255,11 +256,40 @@ class CudnnGraphSpace(CandidateSpace):
         ]
 
     def prepare(self, problem: ConvProblem, candidate: Candidate) -> PreparedCandidate:
+        """The candidate's plan: from the graph of the heuristic list that offered it where the problem was
+        enumerated, else built directly by name (:meth:`prepare_by_name`, no heuristic query)."""
         state = self._state.get(problem.key)
         if state is None or candidate.name not in state.where:
-            raise CandidateError("build_failed", f"{candidate.candidate_id} was not enumerated for {problem.key}")
+            return self.prepare_by_name(problem, candidate)
         mode, index = state.where[candidate.name]
         return _PreparedEngine(self, problem, candidate, state.graphs[mode], index)
+
+    def prepare_by_name(self, problem: ConvProblem, candidate: Candidate) -> PreparedCandidate:
+        """Build an engine config from its name alone: engine id and knob values set on a graph of its own
+        (``create_execution_plan``), a few milliseconds where enumerating cuDNN's three lists takes up to ~180 ms
+        (H200, 2026-12-01). Raises ``build_failed`` where the config does not apply to the problem, or where a knob
+        of the name has no frontend knob type (deprecated knobs such as KBLOCK and LDGC on frontend 1.32)."""
+        cudnn = _cudnn()
+        engine, knobs = parse_engine_name(candidate.name)
+        if engine < 0:
+            raise CandidateError("build_failed", f"{candidate.name!r} is not an engine-config name")
+        mapped = {}
+        for knob, value in parse_knobs(knobs).items():
+            name = _KNOB_NAMES.get(knob)
+            kind = getattr(cudnn.knob_type, name, None) if name else None
+            if kind is None:
+                raise CandidateError("build_failed", f"knob k{knob} ({name or 'unknown'}) cannot be set by name")
+            mapped[kind] = value
+        try:
+            mg = self._graph(problem, [])
+            mg.graph.create_execution_plan(engine, mapped)
+            index = mg.graph.get_execution_plan_count() - 1
+            built = mg.graph.get_plan_name_at_index(index)
+        except Exception as exc:  # noqa: BLE001 - the frontend raises several types for one meaning
+            raise CandidateError("build_failed", f"{type(exc).__name__}: {exc}") from exc
+        if built != candidate.name:
+            raise CandidateError("build_failed", f"{candidate.name} was built as {built}")
+        return _PreparedEngine(self, problem, candidate, mg, index)
 
     def release(self, problem: ConvProblem) -> None:
         self._state.pop(problem.key, None)
@@ -275,12 +305,17 @@ class CudnnGraphSpace(CandidateSpace):
         return parse_knobs(knobs)
 
     def runner(self, problem: ConvProblem, candidate: Candidate) -> PreparedCandidate:
-        """The chosen config's plan, built once (cuDNN's lists are queried to find the graph that holds it), with
-        its serialized blob (the plan most recently built in its graph is the one the frontend serializes)."""
+        """The chosen config's plan, built once (by name; where that cannot be done, cuDNN's lists are queried to
+        find the graph that holds it), with its serialized blob (the frontend serializes the plan most recently
+        built in its graph)."""
         try:
-            if problem.key not in self._state:
+            try:
+                prepared = self.prepare(problem, candidate)
+            except CandidateError:
+                if problem.key in self._state:
+                    raise
                 self.enumerate(problem)
-            prepared = self.prepare(problem, candidate)
+                prepared = self.prepare(problem, candidate)
             assert isinstance(prepared, _PreparedEngine)
             try:
                 prepared.blob = bytes(prepared._mg.graph.serialize(as_bytes=True))

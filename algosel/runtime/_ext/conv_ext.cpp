@@ -160,8 +160,11 @@ struct ConvFunction : public torch::autograd::Function<ConvFunction> {
     const bool need_x = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
     // needs_input_grad indexes the tensor inputs that were given: bias is the third only where it was given.
     const bool need_b = ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2);
-    // Directions PyTorch computes are asked of it in one call, with both mask bits, as autograd would.
-    const bool native_x = need_x && r.plan[kBwdData] < 0, native_w = need_w && r.plan[kBwdFilter] < 0;
+    // A differentiable backward (double backward: grad mode is on here) is PyTorch's own, which has one; the
+    // directions PyTorch computes are asked of it in one call, with both mask bits, as autograd would.
+    const bool differentiable = at::GradMode::is_enabled();
+    const bool native_x = need_x && (differentiable || r.plan[kBwdData] < 0);
+    const bool native_w = need_w && (differentiable || r.plan[kBwdFilter] < 0);
     at::Tensor gx, gw, gb;
     if (native_x || native_w) {
       auto out = at::convolution_backward(gy, x, w, c10::nullopt, r.stride, r.padding, r.dilation, false, {0, 0},

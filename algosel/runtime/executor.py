@@ -1,0 +1,691 @@
+"""The runtime's executor: decides what each convolution runs, builds it once, and runs it on every call.
+
+A convolution call is three problems (forward, input gradient, weight gradient); each gets a :class:`Decision`:
+PyTorch's own path, or a candidate whose gain over PyTorch's default is known to exceed what leaving PyTorch's
+path costs. The gain is known from, in order:
+
+- the records the model ships with, for a problem they measured (measurements of this GPU);
+- a measurement here (``verify=k``): on the first call of a new problem the model's top ``k`` candidates and
+  PyTorch's default are checked and timed once with the sweeper's timer (a small budget), and the fastest kept;
+- the model's predicted times, where the model has a time predictor;
+
+and otherwise the call passes through: a network the model knows nothing about runs at PyTorch's speed. Decisions
+go into the persistent cache (:mod:`algosel.runtime.cache`), so a later process decides nothing again.
+
+The decisions of one call signature (shapes, strides, dtypes, geometry, which inputs need gradients, autocast,
+TF32 switches) are bundled into a route, memoised per signature; a call then costs one tuple key and one dict
+lookup before it runs:
+
+- ``native``: PyTorch's own ``conv2d`` (every direction passes through);
+- ``gemm``: every direction is GEMM lowering and the forward is one matrix product: plain differentiable ``addmm``
+  on views, as ``nn.Linear`` runs (autograd's backward is the lowering of both gradients);
+- ``compiled``: the C++ autograd Function of :mod:`algosel.runtime.native` with a cuDNN plan or PyTorch's kernel per
+  direction (cheaper on the host than PyTorch's own call: H200, benchmarks/runtime_costs.py);
+- ``function``: the Python autograd Function, each direction through its own runner (the path without the
+  extension, and for mixes of GEMM lowering with other candidates).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from algosel.learn.selector import Selector, candidate_row, offline_rows
+from algosel.operands import OUTPUT_ROLE, Operands, conv_args, empty_like_layout, pytorch_direction
+from algosel.problem import ConvProblem, dtype_of
+from algosel.runtime.cache import Decision, RuntimeCache
+from algosel.spaces import CandidateError, PreparedCandidate, get_space, split_candidate_id
+from algosel.spaces.gemm import gemm_conv, gemm_kind
+
+log = logging.getLogger(__name__)
+
+#: PyTorch's own conv2d, whatever the switches say.
+original_conv2d: Callable[..., torch.Tensor] = F.conv2d
+
+#: A candidate replaces PyTorch's default only where it saves at least this much device time per call (us) ...
+DEFAULT_MIN_GAIN_US = 2.0
+#: ... and is at least this much faster (default / candidate) by measurement or records (noise between runs of one
+#: case stays within ~2%: docs/sweeper.md) ...
+MIN_MEASURED_RATIO = 1.03
+#: ... or by the model's predicted times (their error is larger: docs/selector.md has its calibration).
+MIN_PREDICTED_RATIO = 1.15
+#: Host time the Python autograd Function path adds per convolution over PyTorch's own path (us): a cuDNN
+#: candidate there must save more device time than this (without the compiled path). benchmarks/hook_bench.py on
+#: the H200, 2026-11-30: +57 us (cuDNN) and +51 us (GEMM) per call for a tiny conv.
+PYTHON_PATH_OVERHEAD_US = 60.0
+#: Candidates the verify mode times on a new problem, besides PyTorch's default.
+DEFAULT_VERIFY_K = 3
+#: Candidates of the model's shortlist whose predicted times are compared, on a problem the records lack.
+PREDICT_TOP_K = 3
+
+_counts: Counter[str] = Counter()
+#: Routes counted by call (native, GEMM and compiled routes of every executor), for :func:`stats`.
+_counted_routes: list[_Route] = []
+
+
+def stats() -> dict[str, int]:
+    """Calls per path: ``gemm``, ``cudnn``, ``pytorch:<reason>`` (pass-through), ``fallback:<error>``.
+
+    A convolution whose every needed direction passes through runs natively in PyTorch; its directions are counted
+    at the forward call: one, or three where gradients are needed.
+    """
+    total = Counter(_counts)
+    for route in _counted_routes:
+        for reason in route.reasons:
+            total[reason] += route.calls
+    return dict(+total)
+
+
+def reset_stats() -> None:
+    _counts.clear()
+    for route in _counted_routes:
+        route.calls = 0
+
+
+# ------------------------------------------------------------------------------------------------- plans
+@dataclass
+class _Plan:
+    """What runs for one problem: a runner (``None``: PyTorch's path, with the reason as ``path``)."""
+
+    runner: PreparedCandidate | None
+    path: str  # "gemm", "cudnn" or "pytorch:<reason>"
+    native_id: int = -1  # the plan's id in the compiled path, where it was loaded there
+
+
+@dataclass
+class _Route:
+    """What one call signature does (see the module docstring for the kinds)."""
+
+    kind: str
+    problem: ConvProblem | None = None
+    reasons: tuple[str, ...] = ()
+    calls: int = 0
+    native_route: int = -1  # the compiled path's route id
+    run_native: Callable[..., torch.Tensor] | None = None  # the compiled path's entry point
+
+
+def _one_matrix_product(problem: ConvProblem) -> bool:
+    """Whether the forward lowering is a single GEMM on views (so autograd's backward is the lowering of both
+    gradients), in the math mode the records measured: TF32 for ``float32``, which in autograd's backward follows
+    ``torch.backends.cuda.matmul.allow_tf32``. NCHW pointwise is a batched product whose autograd weight gradient
+    is not the measured lowering."""
+    kind = gemm_kind(problem)
+    if kind is None or (kind == "pointwise" and problem.layout != "nhwc"):
+        return False
+    if problem.dtype in ("float16", "bfloat16"):
+        return True
+    return torch.backends.cuda.matmul.allow_tf32 == (problem.dtype == "float32")
+
+
+class Executor:
+    """Decides, prepares and caches what every convolution it meets runs (see the module docstring).
+
+    Parameters
+    ----------
+    selector : Selector, optional
+        Default: the shipped model for this GPU (:func:`algosel.learn.models.load_default`).
+    verify : int
+        On a problem the records lack, time the model's top ``verify`` candidates and PyTorch's default once and
+        keep the fastest (0: decide from the records and predicted times only).
+    live : bool, optional
+        Rank cuDNN's live candidate list for problems the records lack (default: when a GPU and the frontend are
+        present).
+    min_gain_us : float
+        Least device time per call a candidate must save over PyTorch's default.
+    max_workspace_bytes : int, optional
+    cache : bool or path
+        Keep decisions and plans in the persistent cache: ``True`` under :func:`algosel.runtime.native.cache_root`
+        (``$ALGOSEL_CACHE_DIR`` or ``~/.cache/algosel``), or under the folder given.
+    native : bool, optional
+        Use the compiled path where it is built (default); ``False``: the Python path only.
+    """
+
+    def __init__(
+        self,
+        selector: Selector | None = None,
+        verify: int = 0,
+        live: bool | None = None,
+        min_gain_us: float = DEFAULT_MIN_GAIN_US,
+        max_workspace_bytes: int | None = None,
+        cache: bool | str | os.PathLike = True,
+        native: bool | None = None,
+    ):
+        if selector is None:
+            from algosel.learn.models import load_default  # noqa: PLC0415
+
+            selector = load_default()
+        if not isinstance(verify, int) or isinstance(verify, bool) or verify < 0:
+            raise ValueError(f"verify must be a non-negative integer (candidates to time), got {verify!r}")
+        self.selector = selector
+        self.verify = verify
+        self.min_gain_us = min_gain_us
+        self.max_workspace_bytes = max_workspace_bytes
+        self._live = live
+        self._native_wanted = native
+        self._native: Any = None
+        self._native_checked = False
+        self._cache_wanted = cache
+        self._cache: RuntimeCache | None = None
+        self._cache_checked = False
+        self._plans: dict[ConvProblem, _Plan] = {}
+        self._routes: dict[tuple, _Route] = {}
+        self._directions: dict[ConvProblem, dict[str, ConvProblem]] = {}
+        self._dtypes = set(selector.manifest.get("dtypes", ("float32", "float16")))
+        self._sweeper = None
+        self._lock = threading.RLock()
+        #: Seconds spent deciding (measuring, building plans), for benchmarks of the first pass.
+        self.planning_s = 0.0
+        self.measured_problems = 0
+
+    # ---------------------------------------------------------------------------------------- resources
+    def _live_ok(self) -> bool:
+        if self._live is None:
+            from algosel.runtime.api import live_available  # noqa: PLC0415
+
+            self._live = live_available(self.selector)
+        return self._live
+
+    def native_module(self):
+        """The compiled path's module, or ``None`` (not built, no GPU, or ``native=False``)."""
+        if not self._native_checked:
+            self._native_checked = True
+            if self._native_wanted is not False:
+                from algosel.runtime import native  # noqa: PLC0415
+
+                self._native = native.load()
+        return self._native
+
+    def runtime_cache(self) -> RuntimeCache | None:
+        if not self._cache_checked:
+            self._cache_checked = True
+            if self._cache_wanted is not False and torch.cuda.is_available():
+                from algosel.runtime.native import cache_root  # noqa: PLC0415
+
+                root = cache_root() if self._cache_wanted is True else self._cache_wanted
+                self._cache = RuntimeCache(root, self._environment())
+        return self._cache
+
+    def _environment(self) -> dict[str, Any]:
+        try:
+            import cudnn  # noqa: PLC0415
+
+            frontend = getattr(cudnn, "__version__", "?")
+        except ImportError:
+            frontend = "none"
+        from algosel.version import __version__  # noqa: PLC0415
+
+        return {
+            "gpu_name": torch.cuda.get_device_name(),
+            "cudnn": int(torch.backends.cudnn.version() or 0),
+            "torch": torch.__version__,
+            "cudnn_frontend": frontend,
+            "model": self.selector.manifest.get("data_fingerprint", "?"),
+            "algosel": __version__,
+        }
+
+    # ---------------------------------------------------------------------------------------- decisions
+    def decide(self, problem: ConvProblem, device: torch.device) -> Decision:
+        """What ``problem`` runs (see the module docstring); from the persistent cache where it has a decision made
+        the same way."""
+        if problem.dtype not in self._dtypes:
+            return Decision(problem.key, "pytorch:default", "model", "dtype not covered")
+        cache = self.runtime_cache() if device.type == "cuda" else None
+        if cache is not None:
+            hit = cache.get(problem.key)
+            # A verifying executor trusts measurements and records only; a predicted decision is made again.
+            if hit is not None and (not self.verify or hit.source in ("records", "measured")):
+                return hit
+        decision = self._decide(problem, device)
+        if cache is not None and decision.source in ("records", "measured", "predicted"):
+            cache.put(decision)
+        return decision
+
+    def _decide(self, problem: ConvProblem, device: torch.device) -> Decision:
+        sel = self.selector
+        if sel.is_recorded(problem):
+            rows = sel.catalogue.rows(problem.key) or []
+            default_ms = sel.catalogue.time_ms(problem.key, "pytorch:default")
+            if self.verify:  # the records are measurements of this GPU: the fastest recorded candidate
+                times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows
+                         if r.get("status") == "ok" and _finite(r.get("time_ms_median"))
+                         and self._allowed(problem, r)}  # fmt: skip
+                cid = min(times, key=times.get) if times else "pytorch:default"
+            else:
+                cid = sel.choose(problem, self.max_workspace_bytes, top_k=1, live=False)[0].candidate_id
+                times = {}
+                for c in (cid, "pytorch:default"):
+                    t = sel.catalogue.time_ms(problem.key, c)
+                    if t is not None:
+                        times[c] = t
+            return self._judge(problem, cid, times, default_ms, "records", MIN_MEASURED_RATIO)
+        live = device.type == "cuda" and self._live_ok()
+        if self.verify and device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
+            # The nearest recorded problem's list, each config built by name: a few ms, where querying cuDNN's
+            # three lists live costs up to ~180 ms a problem (H200, benchmarks/runtime_costs.py).
+            return self._measure(problem)
+        # The model's shortlist, judged by its predicted times (the calibrated gain estimate), where it has them.
+        ids = [c.candidate_id for c in self._choices(problem, live, PREDICT_TOP_K)]
+        predicted = getattr(sel, "predicted_time_ms", None)
+        if predicted is None:
+            why = "predicted best" if ids[0] == "pytorch:default" else "no gain estimate for an unrecorded problem"
+            return Decision(problem.key, "pytorch:default", "model", why)
+        times = predicted(problem, list(dict.fromkeys([*ids, "pytorch:default"])))
+        best = min(ids, key=lambda c: times.get(c, math.inf))
+        return self._judge(problem, best, times, times.get("pytorch:default"), "predicted", MIN_PREDICTED_RATIO)
+
+    def _allowed(self, problem: ConvProblem, row: dict[str, Any]) -> bool:
+        from algosel.learn.rules import allowed  # noqa: PLC0415
+
+        return allowed(row, problem.direction, problem.dtype, self.selector.blocked, self.max_workspace_bytes)
+
+    def _choices(self, problem: ConvProblem, live: bool, k: int):
+        """The model's top ``k`` for an unrecorded problem: cuDNN's live list ranked where it can be queried, else
+        the nearest recorded problem's list."""
+        if not live:
+            return self.selector.choose(problem, self.max_workspace_bytes, top_k=k, live=False)
+        space = get_space("cudnn")
+        try:
+            cands = space.enumerate(problem)
+        except CandidateError:
+            cands = []
+        finally:
+            space.release(problem)
+        rows = [candidate_row(c) for c in cands] + offline_rows(problem, self.selector.spaces)
+        return self.selector.rank_rows(problem, rows, self.max_workspace_bytes)[:k]
+
+    def _judge(self, problem: ConvProblem, cid: str, times: dict[str, float], default_ms: float | None, source: str,
+               min_ratio: float) -> Decision:  # fmt: skip
+        """Keep ``cid`` only where its gain over PyTorch's default pays what leaving PyTorch's path costs."""
+        if cid == "pytorch:default":
+            return Decision(problem.key, cid, source, "fastest", times)
+        t = times.get(cid)
+        if t is None or default_ms is None:
+            return Decision(problem.key, "pytorch:default", source, "no time for the choice or the default", times)
+        gain_us = 1e3 * (default_ms - t)
+        overhead_us = 0.0 if cid.startswith("gemm:") or self.native_module() is not None else PYTHON_PATH_OVERHEAD_US
+        if gain_us < self.min_gain_us + overhead_us or default_ms < min_ratio * t:
+            return Decision(problem.key, "pytorch:default", source, "gain below the threshold", times)
+        return Decision(problem.key, cid, source, "", times)
+
+    def _measure(self, problem: ConvProblem) -> Decision:
+        """Time the model's top ``verify`` candidates and PyTorch's default once; keep the fastest correct one."""
+        import time  # noqa: PLC0415
+
+        t0 = time.perf_counter()
+        choices = self._choices(problem, False, self.verify + 1)
+        ids = [c.candidate_id for c in choices if c.candidate_id != "pytorch:default"][: self.verify]
+        if not ids:
+            return Decision(problem.key, "pytorch:default", "model", "predicted best")
+        pairs = []
+        for cid in ["pytorch:default", *ids]:
+            space_name, name = split_candidate_id(cid)
+            space = get_space(space_name)
+            pairs.append((space, space.candidate(name, problem.direction)))
+        rows = self._verifier().measure_candidates(problem, pairs, source="runtime")
+        times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows if r["status"] == "ok"}
+        self.measured_problems += 1
+        self.planning_s += time.perf_counter() - t0
+        default_ms = times.get("pytorch:default")
+        best = min(times, key=times.get) if times else "pytorch:default"
+        return self._judge(problem, best, times, default_ms, "measured", MIN_MEASURED_RATIO)
+
+    def _verifier(self):
+        if self._sweeper is None:
+            from algosel.measure.sweep import Sweeper  # noqa: PLC0415
+            from algosel.measure.timing import CudaEventTimer  # noqa: PLC0415
+
+            # A small budget: a few repeats behind a blocked stream are enough to rank a shortlist.
+            timer = CudaEventTimer(budget_ms=1.0, min_repeats=3, max_repeats=5)
+            self._sweeper = Sweeper([], timer, {"env_id": "runtime"}, operand_sets=1)
+        return self._sweeper
+
+    # ------------------------------------------------------------------------------------------- plans
+    def plan(self, problem: ConvProblem, device: torch.device) -> _Plan:
+        cached = self._plans.get(problem)
+        if cached is None:
+            with self._lock:
+                cached = self._plans.get(problem)
+                if cached is None:
+                    cached = self._plans[problem] = self._make_plan(problem, device)
+        return cached
+
+    def _make_plan(self, problem: ConvProblem, device: torch.device) -> _Plan:
+        decision = self.decide(problem, device)
+        if decision.passes_through:
+            return _Plan(None, f"pytorch:{decision.reason or 'predicted best'}")
+        space_name, name = split_candidate_id(decision.candidate_id)
+        if space_name == "cudnn" and device.type != "cuda":
+            return _Plan(None, "pytorch:cudnn config needs a GPU")
+        space = get_space(space_name)
+        cand = space.candidate(name, problem.direction)
+        cache = self.runtime_cache() if device.type == "cuda" else None
+        ext = self.native_module() if device.type == "cuda" else None
+        if space_name == "cudnn" and ext is not None and cache is not None:
+            blob = cache.get_plan(problem.key, decision.candidate_id)
+            if blob is not None:
+                try:
+                    return _Plan(None, "cudnn", self._load_native(ext, problem, blob))
+                except RuntimeError as exc:
+                    log.warning("algosel: a cached plan of %s did not load (%s); building it again", problem.key, exc)
+        try:
+            runner = space.runner(problem, cand)
+        except CandidateError as exc:
+            _counts[f"fallback:build {exc.status}"] += 1
+            return _Plan(None, "pytorch:chosen candidate did not build")
+        if runner is None:
+            return _Plan(None, "pytorch:predicted best")
+        plan = _Plan(runner, space_name)
+        blob = getattr(runner, "blob", None)
+        if blob is not None and cache is not None:
+            cache.put_plan(problem.key, decision.candidate_id, blob)
+        if blob is not None and ext is not None:
+            try:
+                plan.native_id = self._load_native(ext, problem, blob, runner.uids)
+            except RuntimeError as exc:
+                log.warning("algosel: the compiled path cannot load the plan of %s (%s)", problem.key, exc)
+        return plan
+
+    def _load_native(self, ext, problem: ConvProblem, blob: bytes, uids: tuple[int, int, int] = (1, 2, 3)) -> int:
+        role = OUTPUT_ROLE[problem.direction]
+        like = empty_like_layout(getattr(problem, f"{role}_shape"), problem, "meta")
+        # The frontend numbers a one-conv graph's tensors x, w, y = 1, 2, 3 (in creation order), also in a blob.
+        return int(ext.load_plan(blob, *uids, ("fwd", "bwd_data", "bwd_filter").index(problem.direction),
+                                 list(like.shape), list(like.stride()), torch.cuda.current_device()))  # fmt: skip
+
+    def directions_of(self, problem: ConvProblem) -> dict[str, ConvProblem]:
+        """The problem in each direction, built once (validating a problem costs microseconds per call)."""
+        dirs = self._directions.get(problem)
+        if dirs is None:
+            dirs = self._directions[problem] = {p.direction: p for p in problem.directions()}
+        return dirs
+
+    def route(self, key: tuple, problem: ConvProblem, device: torch.device, grads: tuple[bool, bool]) -> _Route:
+        """How calls with signature ``key`` run (see the module docstring). Memoised by ``key``, which the caller
+        builds from the call's arguments without validating a problem."""
+        route = self._routes.get(key)
+        if route is not None:
+            return route
+        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        dirs = self.directions_of(problem)
+        # The forward, and each gradient the call's autograd will compute: (input, weight) requires_grad.
+        directions = [problem] + [dirs[d] for d, g in zip(("bwd_data", "bwd_filter"), grads) if g]
+        if capturing and any(p not in self._plans for p in directions):
+            # Nothing is decided inside a CUDA graph capture (deciding may measure, which synchronizes).
+            return _Route("native", None, ("pytorch:capturing",))
+        plans = [self.plan(p, device) for p in directions]
+        reasons = tuple(p.path for p in plans)
+        if all(p.runner is None and p.native_id < 0 for p in plans):
+            route = _Route("native", None, reasons)
+        elif all(p.path == "gemm" for p in plans) and _one_matrix_product(problem):
+            route = _Route("gemm", problem, reasons)
+        elif all(p.path != "gemm" for p in plans) and all(p.native_id >= 0 or p.runner is None for p in plans):
+            route = self._native_route(problem, plans, grads, reasons)
+        else:
+            route = _Route("function", problem)
+        if route.kind != "function":
+            _counted_routes.append(route)
+        self._routes[key] = route
+        return route
+
+    def _native_route(self, problem: ConvProblem, plans: list[_Plan], grads, reasons) -> _Route:
+        ext = self.native_module()
+        ids = iter(p.native_id for p in plans)
+        fwd = next(ids)
+        dgrad = next(ids) if grads[0] else -1
+        wgrad = next(ids) if grads[1] else -1
+        args = conv_args(problem)
+        rid = ext.register_route(fwd, dgrad, wgrad, list(args["stride"]), list(args["padding"]),
+                                 list(args["dilation"]), args["groups"], problem.layout == "nhwc")  # fmt: skip
+        return _Route("compiled", problem, reasons, native_route=int(rid), run_native=ext.run_route)
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+# ------------------------------------------------------------------------------------ the Python Function
+def run_direction(ex: Executor, problem: ConvProblem, ops: Operands, fallback: Callable[[], torch.Tensor],
+                  bias: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """Run ``problem``'s plan on ``ops`` (whose output slot is allocated here for a cuDNN plan, which writes into
+    it); ``bias`` is added (fused into the GEMM where the lowering allows). ``fallback`` (PyTorch, bias included)
+    runs on pass-through and on failure."""
+    plan = ex.plan(problem, ops.x.device if ops.x is not None else ops.y.device)
+    if plan.runner is None and plan.native_id >= 0:  # a plan loaded from the cache into the compiled path only
+        _counts[plan.path] += 1
+        out = ex.native_module().run_plan(plan.native_id, *ops.inputs(problem.direction))
+        return out if bias is None else out + bias.view(1, -1, 1, 1)
+    if plan.runner is None:
+        _counts[plan.path] += 1
+        return fallback()
+    try:
+        if plan.path == "gemm":  # the GEMM runner adds the bias inside its product where the lowering allows
+            out = plan.runner.run(ops, bias)
+        else:
+            role = OUTPUT_ROLE[problem.direction]
+            like = ops.y if ops.y is not None else ops.x
+            setattr(ops, role, empty_like_layout(getattr(problem, f"{role}_shape"), problem, like.device))
+            out = plan.runner.run(ops)
+            if bias is not None:
+                out = out + bias.view(1, -1, 1, 1)
+        _counts[plan.path] += 1
+        return out
+    except Exception as exc:  # noqa: BLE001 - any failure of a chosen candidate falls back, counted
+        _counts[f"fallback:{type(exc).__name__}"] += 1
+        log.warning("algosel: %s failed on %s (%s); falling back to PyTorch", plan.path, problem.key, exc)
+        ex._plans[problem] = _Plan(None, "pytorch:chosen candidate failed")
+        return fallback()
+
+
+class Conv2dFunction(torch.autograd.Function):
+    """The hooked convolution on the Python path: each direction through its own plan."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, problem: ConvProblem, ex: Executor):
+        mf = torch.channels_last if problem.layout == "nhwc" else torch.contiguous_format
+        x = x.contiguous(memory_format=mf)
+        weight = weight.contiguous(memory_format=mf)
+        ctx.save_for_backward(x, weight)
+        ctx.problem, ctx.ex, ctx.has_bias = problem, ex, bias is not None
+        out = run_direction(ex, problem, Operands(x, weight, None),
+                            lambda: original_conv2d(x, weight, bias, **conv_args(problem)), bias)  # fmt: skip
+        # A view returned from a custom Function cannot be modified in place (an in-place activation after the
+        # conv raised in EfficientNet and SqueezeNet): return the output as a tensor of its own, sharing storage.
+        return out.detach() if out._is_view() else out
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        problem, ex = ctx.problem, ctx.ex
+        mf = torch.channels_last if problem.layout == "nhwc" else torch.contiguous_format
+        grad_y = grad_y.contiguous(memory_format=mf)
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        dirs = ex.directions_of(problem)
+        if torch.is_grad_enabled():
+            # A differentiable backward was asked for (double backward): PyTorch's own, which has one.
+            gx, gw, _ = torch.ops.aten.convolution_backward(
+                grad_y, x, weight, None, *(list(v) for v in (conv_args(problem)["stride"],
+                                                            conv_args(problem)["padding"],
+                                                            conv_args(problem)["dilation"])),
+                False, [0, 0], problem.groups, [need_x, need_w, False])  # fmt: skip
+        else:
+            gx = gw = None
+            if need_x:
+                p = dirs["bwd_data"]
+                gx = run_direction(ex, p, Operands(None, weight, grad_y),
+                                   lambda: pytorch_direction(p, x, weight, grad_y))  # fmt: skip
+            if need_w:
+                p = dirs["bwd_filter"]
+                gw = run_direction(ex, p, Operands(x, None, grad_y),
+                                   lambda: pytorch_direction(p, x, weight, grad_y))  # fmt: skip
+        gb = grad_y.sum(dim=(0, 2, 3)) if need_b and ctx.has_bias else None
+        return gx, gw, gb, None, None
+
+
+# ------------------------------------------------------------------------------------------ one call
+# The TF32 switches are part of every call's key. Their public properties cost 0.5 and 1 us a read (Python
+# descriptors over these C getters), a fifth of the routing's per-call cost: read the getters where torch has them.
+_cudnn_tf32: Callable[[], bool] = getattr(torch._C, "_get_cudnn_allow_tf32", None) or (
+    lambda: torch.backends.cudnn.allow_tf32
+)
+_matmul_tf32: Callable[[], bool] = getattr(torch._C, "_get_cublas_allow_tf32", None) or (
+    lambda: torch.backends.cuda.matmul.allow_tf32
+)
+
+
+def _hashable(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
+
+
+def run_conv(ex: Executor, x, w, b, stride, padding, dilation, groups) -> torch.Tensor:
+    """One ``conv2d`` call through ``ex`` (see the module docstring)."""
+    device_type = "cuda" if x.is_cuda else x.device.type  # is_cuda: a fifth of the cost of building a device
+    # Under autocast, conv2d runs in autocast's dtype (float32 inputs are cast below F.conv2d).
+    cast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+    grads = (x.requires_grad, w.requires_grad) if torch.is_grad_enabled() else (False, False)
+    # Everything the route depends on, read without validating anything: the steady-state cost of a call is
+    # building this key and one dict lookup.
+    key = (x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype, w.device,
+           None if b is None else (b.shape, b.dtype, b.device), stride, padding, dilation, groups, grads, cast,
+           _cudnn_tf32(), _matmul_tf32())  # fmt: skip
+    try:
+        route = ex._routes.get(key)
+    except TypeError:  # list arguments (F.conv2d accepts them)
+        stride, padding, dilation = _hashable(stride), _hashable(padding), _hashable(dilation)
+        key = key[:9] + (stride, padding, dilation) + key[12:]
+        route = ex._routes.get(key)
+    if route is None:
+        route = _first_call(ex, key, x, w, b, stride, padding, dilation, groups, cast, grads)
+        if route is None:  # counted by _first_call
+            return original_conv2d(x, w, b, stride, padding, dilation, groups)
+    kind = route.kind
+    if kind == "native":
+        route.calls += 1
+        # PyTorch's native path gets the uncast tensors, so that autocast casts them itself and reuses its cache
+        # of cast weights.
+        return original_conv2d(x, w, b, stride, padding, dilation, groups)
+    if cast is not None:
+        x, w = x.to(cast), w.to(cast)
+        b = b.to(cast) if b is not None else None
+    with torch.autocast(device_type, enabled=False):
+        if kind == "compiled":
+            route.calls += 1
+            return route.run_native(route.native_route, x, w, b)
+        if kind == "gemm":
+            route.calls += 1
+            return gemm_conv(route.problem, x, w, b)
+        return Conv2dFunction.apply(x, w, b, route.problem, ex)
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[-1]))
+
+
+def call_problem(
+    x: torch.Tensor, w: torch.Tensor, stride, padding, dilation, groups, compute_dtype: torch.dtype
+) -> tuple[ConvProblem | None, str]:
+    """The forward problem of a conv2d call computed in ``compute_dtype``, or None and why the hook does not
+    handle it."""
+    dtype = dtype_of(str(compute_dtype).removeprefix("torch."), torch.backends.cudnn.allow_tf32)
+    if dtype is None:
+        return None, "pytorch:dtype not covered"
+    (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
+    r, s = w.shape[2], w.shape[3]
+    if isinstance(padding, str):
+        if padding == "valid":
+            ph = pw = 0
+        elif padding == "same":
+            if (dh * (r - 1)) % 2 or (dw * (s - 1)) % 2 or (sh, sw) != (1, 1):
+                return None, "pytorch:asymmetric same padding"
+            ph, pw = dh * (r - 1) // 2, dw * (s - 1) // 2
+        else:
+            return None, "pytorch:unknown padding"
+    else:
+        ph, pw = _pair(padding)
+    nhwc = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    try:
+        p = ConvProblem(n=x.shape[0], c=x.shape[1], k=w.shape[0], h=x.shape[2], w=x.shape[3], r=r, s=s,
+                        pad_h=ph, pad_w=pw, stride_h=sh, stride_w=sw, dilation_h=dh, dilation_w=dw, groups=groups,
+                        dtype=dtype, layout="nhwc" if nhwc else "nchw")  # fmt: skip
+    except ValueError as exc:
+        return None, f"pytorch:invalid problem ({exc})"
+    return p, ""
+
+
+def _first_call(ex: Executor, key, x, w, b, stride, padding, dilation, groups, cast, grads) -> _Route | None:
+    """Validate a new call signature and plan it; ``None`` (counted) when PyTorch should take it unmemoised."""
+    # Anything PyTorch would reject goes to PyTorch, so the user gets PyTorch's own error.
+    if (x.dim() != 4 or w.dim() != 4 or x.device != w.device or (b is not None and b.device != x.device)
+            or x.shape[1] != w.shape[1] * groups or not x.is_floating_point()):  # fmt: skip
+        _counts["pytorch:not a plain 4-D conv"] += 1
+        return None
+
+    def compute_dtype(t: torch.Tensor) -> torch.dtype:
+        return cast if cast is not None and t.dtype == torch.float32 else t.dtype
+
+    dtype = compute_dtype(x)
+    if dtype != compute_dtype(w) or (b is not None and compute_dtype(b) != dtype):
+        _counts["pytorch:mixed dtypes"] += 1
+        return None
+    problem, reason = call_problem(x, w, stride, padding, dilation, groups, dtype)
+    if problem is None:
+        route = _Route("native", None, (reason,))
+        _counted_routes.append(route)
+        ex._routes[key] = route
+        return route
+    # Deciding may measure candidates: outside the caller's autocast and autograd.
+    with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+        return ex.route(key, problem, x.device, grads)
+
+
+# ------------------------------------------------------------------------------------------- switches
+# Which executor routes F.conv2d: a thread's own (``enabled()``, ``patch_model``) over the process's (``enable()``).
+_local = threading.local()
+_global: dict[str, Executor | None] = {"executor": None}
+_shared: dict[tuple, Executor] = {}
+_shared_lock = threading.Lock()
+
+
+def current_executor() -> Executor | None:
+    """The executor routing this thread's convolutions now, or ``None`` (PyTorch's own path)."""
+    return getattr(_local, "executor", None) or _global["executor"]
+
+
+def shared_executor(**config: Any) -> Executor:
+    """The process's executor of this configuration (created once): its decisions, plans and routes outlive every
+    ``enabled()`` block, so a context manager around each training step plans nothing twice."""
+    key = tuple(sorted((k, id(v) if isinstance(v, Selector) else v) for k, v in config.items()))
+    ex = _shared.get(key)
+    if ex is None:
+        with _shared_lock:
+            ex = _shared.get(key)
+            if ex is None:
+                ex = _shared[key] = Executor(**config)
+    return ex
+
+
+#: Executors by a small integer, for the custom ops of torch.compile (whose arguments cannot be Python objects).
+_by_id: list[Executor] = []
+
+
+def executor_id(ex: Executor) -> int:
+    """``ex``'s number for :func:`executor_by_id` (assigned on first use)."""
+    for i, known in enumerate(_by_id):
+        if known is ex:
+            return i
+    with _shared_lock:
+        _by_id.append(ex)
+        return len(_by_id) - 1
+
+
+def executor_by_id(number: int) -> Executor | None:
+    """The executor numbered ``number`` (``-1``: :func:`current_executor`)."""
+    return current_executor() if number < 0 else _by_id[number]

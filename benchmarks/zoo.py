@@ -1,0 +1,334 @@
+"""Training steps of a zoo of real networks: the hook against PyTorch's default and benchmark mode (GPU).
+
+    python benchmarks/zoo.py --out zoo.jsonl [--nets resnet50,fpn] [--jobs paired,benchmark,warm] [--timeout-s 240]
+    python benchmarks/zoo.py --summarize zoo.jsonl
+
+Every job runs in a process of its own (PyTorch caches the plan it picked per shape in a process whatever the
+benchmark flag, so benchmark mode needs its own), and appends one JSON line per (network, dtype) to ``--out``:
+
+- ``paired``: PyTorch's default, the hook in prediction mode (``hook.enabled()``) and in verify mode
+  (``hook.enabled(verify=3)``) side by side in one process (pass-through convolutions share PyTorch's plans): blocks
+  of steps in ABBA-like rotation; medians of the step times per mode and their ratios to the default; the host time
+  to enqueue one step behind a blocked stream, and the GPU kernel time per step (torch.profiler). Before that, the
+  first step of verify mode with an empty persistent cache (cold: it measures every new problem), after the
+  default's own first step (PyTorch's plans are then warm). The hook is switched on around every step, as a user
+  writes it.
+- ``benchmark``: ``cudnn.benchmark = True``: its first step (tuning) and its steady step time.
+- ``warm``: verify mode's first step in a new process with the persistent cache the paired job filled, against
+  PyTorch's default's first step there.
+
+Networks: torchvision's (classification, segmentation) at batch sizes people train with, and a detection FPN head
+(algosel.measure.suites.FPNHead) over 20 input sizes that no records hold (a new size at every step). Each in
+float32 (TF32 allowed, NCHW) and float16 autocast with channels_last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: name -> (batch, input size, kind)
+NETS: dict[str, tuple[int, int, str]] = {
+    "resnet50": (32, 224, "cls"),
+    "resnext50_32x4d": (32, 224, "cls"),
+    "efficientnet_b0": (64, 224, "cls"),
+    "efficientnet_v2_s": (32, 224, "cls"),
+    "mobilenet_v3_large": (64, 224, "cls"),
+    "regnet_y_800mf": (64, 224, "cls"),
+    "convnext_tiny": (32, 224, "cls"),
+    "densenet121": (32, 224, "cls"),
+    "squeezenet1_1": (64, 224, "cls"),
+    "shufflenet_v2_x1_0": (64, 224, "cls"),
+    "deeplabv3_resnet50": (4, 384, "seg"),
+    "fcn_resnet50": (4, 384, "seg"),
+    "fpn": (1, 0, "fpn"),
+}
+DTYPES = ("float32", "amp")
+#: 20 detection input sizes (multiples of 32 around 672x1024, a common multi-scale training range), none of them
+#: among the FPN suite's 20 sizes around 800x1216 that the records hold.
+FPN_SIZES = tuple((h, w) for h in (608, 640, 672, 704, 736) for w in (960, 992, 1024, 1088))
+MODES = ("default", "predict", "verify")
+#: A quick run of the driver on CPU (tests): small FPN sizes, one block.
+SMOKE = os.environ.get("ALGOSEL_ZOO_SMOKE") == "1"
+
+
+# ----------------------------------------------------------------------------------------------- one job
+def _build(name: str, dtype: str, device: str):
+    import torch
+
+    from algosel.measure.suites import FPNHead
+
+    batch, size, kind = NETS[name]
+    torch.manual_seed(0)
+    amp = dtype == "amp"
+    mf = torch.channels_last if amp else torch.contiguous_format
+    if kind == "fpn":
+        model = FPNHead().to(device).to(memory_format=mf)
+        sizes = [(h // 8, w // 8) for h, w in FPN_SIZES[:3]] if SMOKE else FPN_SIZES
+        inputs = [
+            [t.contiguous(memory_format=mf) for t in model.example_inputs(h, w, batch, device=device)] for h, w in sizes
+        ]
+    else:
+        import torchvision
+
+        factory = getattr(torchvision.models.segmentation if kind == "seg" else torchvision.models, name)
+        model = factory(weights=None, **({"aux_loss": False} if kind == "seg" else {})).to(device)
+        model = model.to(memory_format=mf)
+        inputs = [[torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=mf)]]
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+
+    def step(i: int):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device, dtype=torch.float16, enabled=amp):
+            out = model(*inputs[i % len(inputs)])
+        if isinstance(out, dict):
+            out = out["out"]
+        outs = out if isinstance(out, tuple) else (out,)
+        loss = sum(o.float().square().mean() for o in outs)
+        loss.backward()
+        opt.step()
+
+    return step, len(inputs)
+
+
+def _mode(mode: str, hook):
+    """The context each mode's steps run in. Prediction mode keeps its decisions in a cache of its own, so that it
+    does not reuse what verify mode measured in the same run."""
+    import contextlib
+
+    from algosel.runtime.native import cache_root
+
+    if mode == "predict":
+        return lambda: hook.enabled(cache=cache_root() / "zoo-predict")
+    if mode == "verify":
+        return lambda: hook.enabled(verify=3)
+    return contextlib.nullcontext
+
+
+def _run_steps(step, ctx, count: int, first: int = 0) -> None:
+    for i in range(first, first + count):
+        with ctx():
+            step(i)
+
+
+def _wall_s(step, ctx, count: int, sync, first: int = 0) -> float:
+    sync()
+    t0 = time.perf_counter()
+    _run_steps(step, ctx, count, first)
+    sync()
+    return time.perf_counter() - t0
+
+
+def _host_ms(step, ctx, count: int, sync) -> float:
+    """Host time per step: CPU time of this thread from the first step's start to the last step's return (the
+    synchronisation after them not included): what the host spends enqueuing a step."""
+    sync()
+    t0 = time.thread_time()
+    _run_steps(step, ctx, count)
+    host = time.thread_time() - t0
+    sync()
+    return 1e3 * host / count
+
+
+def _kernel_ms(step, ctx, n_inputs: int) -> float:
+    """GPU kernel time per step (torch.profiler): the summed duration of every kernel of the steps."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        _run_steps(step, ctx, n_inputs)
+        torch.cuda.synchronize()
+    total_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return total_us / 1e3 / n_inputs
+
+
+def job_paired(name: str, dtype: str, device: str = "cuda", blocks: int = 6, per_block: int = 5) -> dict:
+    import torch
+
+    from algosel.runtime import hook
+
+    step, n = _build(name, dtype, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    ctx = {m: _mode(m, hook) for m in MODES}
+    per_block = max(per_block, n)
+    blocks = 2 if SMOKE else blocks
+    out: dict = {"net": name, "dtype": dtype, "job": "paired", "batch": NETS[name][0], "inputs": n}
+    out["default_first_pass_s"] = _wall_s(step, ctx["default"], n, sync)
+    t0 = time.perf_counter()
+    out["verify_cold_first_pass_s"] = _wall_s(step, ctx["verify"], n, sync)
+    with hook.enabled(verify=3) as ex:
+        out["verify_planning_s"] = ex.planning_s
+        out["verify_measured_problems"] = ex.measured_problems
+    out["verify_cold_total_s"] = time.perf_counter() - t0
+    out["predict_first_pass_s"] = _wall_s(step, ctx["predict"], n, sync)
+    for m in MODES:
+        _run_steps(step, ctx[m], 2)
+    times: dict[str, list[float]] = {m: [] for m in MODES}
+    order = list(MODES)
+    for b in range(blocks):
+        for m in order if b % 2 == 0 else order[::-1]:
+            times[m].append(1e3 * _wall_s(step, ctx[m], per_block, sync) / per_block)
+    for m in MODES:
+        out[f"{m}_step_ms"] = statistics.median(times[m])
+        out[f"{m}_blocks_ms"] = [round(t, 3) for t in times[m]]
+    for m in ("predict", "verify"):
+        out[f"{m}_vs_default"] = out[f"{m}_step_ms"] / out["default_step_ms"]
+    for m in MODES:
+        out[f"{m}_host_ms"] = _host_ms(step, ctx[m], per_block, sync)
+        if device == "cuda":
+            out[f"{m}_kernel_ms"] = _kernel_ms(step, ctx[m], n)
+    hook.reset_stats()
+    _run_steps(step, ctx["verify"], n)
+    out["verify_stats"] = hook.stats()
+    hook.reset_stats()
+    _run_steps(step, ctx["predict"], n)
+    out["predict_stats"] = hook.stats()
+    return out
+
+
+def job_benchmark(name: str, dtype: str, device: str = "cuda", blocks: int = 4, per_block: int = 5) -> dict:
+    import contextlib
+
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    step, n = _build(name, dtype, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    ctx = contextlib.nullcontext
+    out: dict = {"net": name, "dtype": dtype, "job": "benchmark", "batch": NETS[name][0], "inputs": n}
+    out["benchmark_first_pass_s"] = _wall_s(step, ctx, n, sync)
+    _run_steps(step, ctx, 2)
+    per_block = max(per_block, n)
+    out["benchmark_step_ms"] = statistics.median(
+        1e3 * _wall_s(step, ctx, per_block, sync) / per_block for _ in range(blocks)
+    )
+    return out
+
+
+def job_warm(name: str, dtype: str, device: str = "cuda") -> dict:
+    import torch
+
+    from algosel.runtime import hook
+
+    step, n = _build(name, dtype, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    out: dict = {"net": name, "dtype": dtype, "job": "warm", "batch": NETS[name][0], "inputs": n}
+    out["default_first_pass_s"] = _wall_s(step, _mode("default", hook), n, sync)
+    out["verify_warm_first_pass_s"] = _wall_s(step, _mode("verify", hook), n, sync)
+    with hook.enabled(verify=3) as ex:
+        out["verify_measured_problems"] = ex.measured_problems
+    return out
+
+
+JOBS = {"paired": job_paired, "benchmark": job_benchmark, "warm": job_warm}
+
+
+# ----------------------------------------------------------------------------------------------- driving
+def _child(args) -> int:
+    result = JOBS[args.job](args.net, args.dtype, args.device)
+    print("RESULT " + json.dumps(result, default=float), flush=True)
+    return 0
+
+
+def drive(args) -> None:
+    nets = list(NETS) if args.nets == "all" else args.nets.split(",")
+    jobs = args.jobs.split(",")
+    out = Path(args.out)
+    for job in jobs:
+        for net in nets:
+            for dtype in DTYPES if job != "benchmark" or net != "fpn" else ("float32",):
+                cmd = [sys.executable, __file__, "--child", "--job", job, "--net", net, "--dtype", dtype,
+                       "--device", args.device]  # fmt: skip
+                t0 = time.perf_counter()
+                try:
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, check=False)
+                    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+                    if lines:
+                        row = json.loads(lines[-1][7:])
+                    else:
+                        row = {"net": net, "dtype": dtype, "job": job, "error": proc.stderr[-1500:]}
+                except subprocess.TimeoutExpired:
+                    row = {"net": net, "dtype": dtype, "job": job, "error": f"timed out after {args.timeout_s} s"}
+                row["job_s"] = round(time.perf_counter() - t0, 1)
+                with out.open("a") as fh:
+                    fh.write(json.dumps(row, default=float) + "\n")
+                brief = {k: row[k] for k in ("default_step_ms", "predict_vs_default", "verify_vs_default",
+                                             "benchmark_step_ms", "error") if k in row}  # fmt: skip
+                print(f"{job:9s} {net:20s} {dtype:7s} {row['job_s']:6.1f}s {json.dumps(brief, default=float)[:300]}",
+                      flush=True)  # fmt: skip
+    print(summarize(out))
+
+
+def summarize(path: Path) -> str:
+    """The zoo table from a results file."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    by: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        if "error" not in r:
+            by.setdefault((r["net"], r["dtype"]), {}).update({k: v for k, v in r.items() if k not in ("job",)})
+    head = ("| network | dtype | default ms | predict ms (x default) | verify ms (x default) | benchmark ms | "
+            "host ms D/P/V | kernel ms D/P/V | verify cold 1st pass s | benchmark 1st pass s | "
+            "verify warm 1st pass s |")  # fmt: skip
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    ratios_p, ratios_v = [], []
+    for (net, dtype), r in sorted(by.items()):
+
+        def f(k, d=2, r=r):
+            v = r.get(k)
+            return "" if v is None else f"{v:.{d}f}"
+
+        if "predict_vs_default" in r:
+            ratios_p.append(r["predict_vs_default"])
+            ratios_v.append(r["verify_vs_default"])
+        hosts = "/".join(f(f"{m}_host_ms", 1) for m in MODES)
+        kernels = "/".join(f(f"{m}_kernel_ms", 1) for m in MODES)
+        lines.append(
+            f"| {net} | {dtype} | {f('default_step_ms')} | {f('predict_step_ms')} ({f('predict_vs_default', 3)}) | "
+            f"{f('verify_step_ms')} ({f('verify_vs_default', 3)}) | {f('benchmark_step_ms')} | {hosts} | {kernels} | "
+            f"{f('verify_cold_first_pass_s')} | {f('benchmark_first_pass_s')} | {f('verify_warm_first_pass_s')} |"
+        )
+    errors = [r for r in rows if "error" in r]
+
+    def gm(v):
+        return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
+
+    lines.append("")
+    lines.append(f"geomean step time / default over {len(ratios_p)} (network, dtype): prediction mode "
+                 f"{gm(ratios_p):.3f}, verify mode {gm(ratios_v):.3f}; {len(errors)} job(s) failed")  # fmt: skip
+    for r in errors:
+        lines.append(f"  failed: {r['job']} {r['net']} {r['dtype']}: {r['error'][-300:]}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="zoo.jsonl")
+    p.add_argument("--nets", default="all")
+    p.add_argument("--jobs", default="paired,benchmark")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--timeout-s", type=float, default=240)
+    p.add_argument("--summarize", default=None, help="print the table of a results file and stop")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--job", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--net", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--dtype", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.summarize:
+        print(summarize(Path(args.summarize)))
+    elif args.child:
+        sys.exit(_child(args))
+    else:
+        os.environ.setdefault("PYTHONUNBUFFERED", "1")
+        drive(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""GPU tests of the runtime: measured decisions and their persistent cache, the compiled path (cuDNN plans in
+C++), CUDA graph capture and replay, torch.compile, and the torchvision networks that once crashed under the hook.
+
+Skipped without CUDA. The compiled path must be built first (``algosel build-ext``); its tests fail, rather than
+skip, where ``ALGOSEL_REQUIRE_NATIVE=1`` says it should be there.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from algosel.operands import relative_error
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+class Preferring:
+    """The shipped selector with a time predictor that makes one space's candidates ten times faster than PyTorch's
+    default: the runtime's routing is what these tests exercise, not the model's predictions."""
+
+    def __init__(self, sel, space: str):
+        self._sel, self._space = sel, space
+
+    def __getattr__(self, name):
+        return getattr(self._sel, name)
+
+    def is_recorded(self, problem):
+        return False  # decide from the predicted times, never from the records
+
+    def predicted_time_ms(self, problem, candidate_ids):
+        return {c: (0.1 if c.startswith(self._space + ":") else 1.0) for c in candidate_ids}
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from algosel.learn.models import load_default
+
+    return load_default()
+
+
+@pytest.fixture(scope="module")
+def ext():
+    from algosel.runtime import native
+
+    module = native.load()
+    if module is None:
+        if os.environ.get("ALGOSEL_REQUIRE_NATIVE") == "1":
+            pytest.fail(f"the compiled path should be built here: {native.status()}")
+        pytest.skip(native.status())
+    return module
+
+
+def _step(model, x):
+    y = model(x)
+    g = torch.ones_like(y)
+    grads = torch.autograd.grad(y, [x, *model.parameters()], g)
+    return y, grads
+
+
+def _close(a, b, tol=5e-3):
+    return relative_error(a, b.double()) <= tol
+
+
+def _cudnn_model(dtype=torch.float16, channels_last=True):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 3, padding=1, bias=False)
+    ).cuda().to(dtype)  # fmt: skip
+    x = torch.randn(8, 32, 28, 28, device="cuda", dtype=dtype)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    return model, x.requires_grad_()
+
+
+def test_the_compiled_path_runs_cudnn_plans_forward_and_backward(shipped, ext, tmp_path):
+    from algosel.runtime import hook
+
+    model, x = _cudnn_model()
+    y_ref, g_ref = _step(model, x)
+    ex = hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path)
+    hook.reset_stats()
+    with hook.enabled(ex):
+        y, grads = _step(model, x)
+    kinds = {r.kind for r in ex._routes.values()}
+    assert kinds == {"compiled"}, kinds
+    assert _close(y, y_ref) and all(_close(a, b) for a, b in zip(grads, g_ref))
+    assert hook.stats().get("cudnn", 0) >= 5, hook.stats()  # 2 forwards, 1 dx (the first conv's x needs one), 2 dw
+
+
+def test_cached_decisions_and_plans_need_no_planning_in_a_new_executor(shipped, ext, tmp_path):
+    from algosel.runtime import hook
+
+    model, x = _cudnn_model()
+    first = hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path)
+    with hook.enabled(first):
+        _step(model, x)
+    second = hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path)
+    with hook.enabled(second):
+        y, grads = _step(model, x)
+    plans = list(second._plans.values())
+    assert plans and all(p.runner is None and p.native_id >= 0 for p in plans if p.path == "cudnn")
+    y_ref, g_ref = _step(model, x)
+    assert _close(y, y_ref) and all(_close(a, b) for a, b in zip(grads, g_ref))
+
+
+def test_double_backward_through_the_compiled_path(shipped, ext, tmp_path):
+    from algosel.runtime import hook
+
+    model, x = _cudnn_model(torch.float32, channels_last=False)
+
+    def second(m):
+        (gx,) = torch.autograd.grad(m(x).square().sum(), x, create_graph=True)
+        return torch.autograd.grad(gx.square().sum(), list(m.parameters()))
+
+    ref = second(model)
+    with hook.enabled(hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path)):
+        got = second(model)
+    assert all(_close(a, b, 1e-2) for a, b in zip(got, ref))
+
+
+def test_verify_mode_measures_once_and_a_new_process_reuses_the_measurements(tmp_path):
+    from algosel.runtime import hook
+
+    x = torch.randn(256, 256, 6, 6, device="cuda", dtype=torch.float16, requires_grad=True)
+    w = torch.randn(1024, 256, 6, 6, device="cuda", dtype=torch.float16, requires_grad=True)
+    ex = hook.Executor(verify=3, cache=tmp_path)
+    hook.reset_stats()
+    with hook.enabled(ex):
+        F.conv2d(x, w).sum().backward()
+    assert ex.measured_problems == 3 and hook.stats().get("gemm") == 3, hook.stats()  # fully connected: GEMM wins
+    again = hook.Executor(verify=3, cache=tmp_path)
+    with hook.enabled(again):
+        F.conv2d(x, w).sum().backward()
+    assert again.measured_problems == 0
+    sources = {d.source for d in again.runtime_cache().decisions()}
+    assert sources == {"measured"}
+
+
+def test_cuda_graph_replay_gives_the_eager_results(shipped, tmp_path):
+    from algosel.runtime import hook
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(64, 16, 28))
+    model = model.cuda().half()
+    x = torch.randn(16, 32, 28, 28, device="cuda", dtype=torch.float16)
+    ex = hook.Executor(selector=Preferring(shipped, "gemm"), cache=tmp_path)
+    with hook.enabled(ex):
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):  # warm-up plans every convolution outside the capture
+                eager = model(x)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = model(x)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        expected = model(x)
+    assert "gemm" in {p.path for p in ex._plans.values()}
+    assert _close(captured, expected) and eager.shape == captured.shape
+
+
+def test_torch_compile_keeps_the_convolutions_in_the_graph_on_gpu(shipped, tmp_path):
+    from algosel.runtime import hook
+
+    model, x = _cudnn_model()
+    ref = model(x)
+    torch._dynamo.reset()
+    hook.enable(hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path))
+    try:
+        explained = torch._dynamo.explain(model)(x)
+        compiled = torch.compile(model)
+        y = compiled(x)
+    finally:
+        hook.disable()
+        torch._dynamo.reset()
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert _close(y, ref)
+
+
+@pytest.mark.parametrize(
+    ("name", "amp"), [("efficientnet_b0", False), ("efficientnet_v2_s", False), ("squeezenet1_1", True)]
+)
+def test_networks_that_crashed_under_the_hook_train(shipped, name, amp, tmp_path):
+    """An in-place activation after a hooked conv raised `Output 0 of _Conv2dFunctionBackward is a view`; every
+    space is forced in turn so that the Python Function, the GEMM and the compiled paths all run."""
+    torchvision = pytest.importorskip("torchvision")
+    from algosel.runtime import hook
+
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None).cuda()
+    x = torch.randn(4, 3, 128, 128, device="cuda")
+    if amp:
+        model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+            loss = model(x).float().square().mean()
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    loss_ref, grads_ref = step()
+    for space in ("gemm", "cudnn"):
+        hook.reset_stats()
+        with hook.enabled(hook.Executor(selector=Preferring(shipped, space), cache=tmp_path / space)):
+            loss, grads = step()
+        assert torch.isfinite(loss) and abs(float(loss) - float(loss_ref)) <= 2e-2 * abs(float(loss_ref)) + 1e-6
+        assert len(grads) == len(grads_ref)
+        assert not any(k.startswith("fallback") for k in hook.stats()), hook.stats()
