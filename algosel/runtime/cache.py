@@ -8,7 +8,8 @@ frontend, the model's data fingerprint, algosel's version) under ``<cache_root>/
   choice came from, measured or predicted times). Lines are appended under an exclusive ``fcntl`` lock, so several
   processes of one job share the file safely; a reader skips a damaged line with one warning; a file that is not
   this format is set aside (renamed ``*.bad``) and rebuilt;
-- ``plans/<sha>.plan``: the cuDNN frontend's serialized plan of a chosen engine config (written atomically).
+- ``plans/<sha>.plan``: the cuDNN frontend's serialized plan of a chosen engine config, after the uids of its x,
+  w and y tensors (written atomically).
 
 A serialized plan can carry compiled code (the frontend says to deserialize only trusted blobs): plans are loaded
 only from a folder owned by this user that no other user can write to; otherwise decisions are still used, plans are
@@ -24,6 +25,7 @@ import json
 import logging
 import os
 import stat
+import struct
 import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
@@ -35,6 +37,8 @@ log = logging.getLogger(__name__)
 
 FORMAT = "algosel-runtime-cache"
 FORMAT_VERSION = 1
+#: A plan file: the uids of the graph's x, w and y tensors (three little-endian int64), then the blob.
+_UIDS = struct.Struct("<3q")
 
 
 @dataclass
@@ -210,21 +214,25 @@ class RuntimeCache:
             self._plans_trusted = why is None
         return self._plans_trusted
 
-    def get_plan(self, problem_key: str, candidate_id: str) -> bytes | None:
+    def get_plan(self, problem_key: str, candidate_id: str) -> tuple[tuple[int, int, int], bytes] | None:
+        """The cached plan: the uids of its graph's x, w and y tensors, and the frontend's serialized blob."""
         if not self.plans_trusted():
             return None
         try:
-            return self._plan_path(problem_key, candidate_id).read_bytes()
+            data = self._plan_path(problem_key, candidate_id).read_bytes()
         except OSError:
             return None
+        if len(data) <= _UIDS.size:
+            return None
+        return _UIDS.unpack(data[: _UIDS.size]), data[_UIDS.size :]
 
-    def put_plan(self, problem_key: str, candidate_id: str, blob: bytes) -> None:
+    def put_plan(self, problem_key: str, candidate_id: str, uids: tuple[int, int, int], blob: bytes) -> None:
         path = self._plan_path(problem_key, candidate_id)
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as fh:
-                fh.write(blob)
+                fh.write(_UIDS.pack(*uids) + blob)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)

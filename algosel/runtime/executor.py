@@ -27,6 +27,7 @@ lookup before it runs:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -311,10 +312,18 @@ class Executor:
         if t is None or default_ms is None:
             return Decision(problem.key, "pytorch:default", source, "no time for the choice or the default", times)
         gain_us = 1e3 * (default_ms - t)
-        overhead_us = 0.0 if cid.startswith("gemm:") or self.native_module() is not None else PYTHON_PATH_OVERHEAD_US
+        overhead_us = self.overhead_us(problem, cid)
         if gain_us < self.min_gain_us + overhead_us or default_ms < min_ratio * t:
             return Decision(problem.key, "pytorch:default", source, "gain below the threshold", times)
         return Decision(problem.key, cid, source, "", times)
+
+    def overhead_us(self, problem: ConvProblem, candidate_id: str) -> float:
+        """Host time per call that leaving PyTorch's path for ``candidate_id`` costs: nothing measurable for a GEMM
+        lowering that is one matrix product (plain autograd ops) or a cuDNN plan on the compiled path (cheaper on the
+        host than PyTorch's own call), the Python Function's cost otherwise."""
+        if candidate_id.startswith("gemm:"):
+            return 0.0 if _one_matrix_product(problem.directions()[0]) else PYTHON_PATH_OVERHEAD_US
+        return 0.0 if self.native_module() is not None else PYTHON_PATH_OVERHEAD_US
 
     def _measure(self, problem: ConvProblem) -> Decision:
         """Time the model's top ``verify`` candidates and PyTorch's default once; keep the fastest correct one."""
@@ -370,10 +379,11 @@ class Executor:
         cache = self.runtime_cache() if device.type == "cuda" else None
         ext = self.native_module() if device.type == "cuda" else None
         if space_name == "cudnn" and ext is not None and cache is not None:
-            blob = cache.get_plan(problem.key, decision.candidate_id)
-            if blob is not None:
+            cached = cache.get_plan(problem.key, decision.candidate_id)
+            if cached is not None:
+                uids, blob = cached
                 try:
-                    return _Plan(None, "cudnn", self._load_native(ext, problem, blob))
+                    return _Plan(None, "cudnn", self._load_native(ext, problem, blob, uids))
                 except RuntimeError as exc:
                     log.warning("algosel: a cached plan of %s did not load (%s); building it again", problem.key, exc)
         try:
@@ -386,7 +396,7 @@ class Executor:
         plan = _Plan(runner, space_name)
         blob = getattr(runner, "blob", None)
         if blob is not None and cache is not None:
-            cache.put_plan(problem.key, decision.candidate_id, blob)
+            cache.put_plan(problem.key, decision.candidate_id, runner.uids, blob)
         if blob is not None and ext is not None:
             try:
                 plan.native_id = self._load_native(ext, problem, blob, runner.uids)
@@ -394,10 +404,10 @@ class Executor:
                 log.warning("algosel: the compiled path cannot load the plan of %s (%s)", problem.key, exc)
         return plan
 
-    def _load_native(self, ext, problem: ConvProblem, blob: bytes, uids: tuple[int, int, int] = (1, 2, 3)) -> int:
+    def _load_native(self, ext, problem: ConvProblem, blob: bytes, uids: tuple[int, int, int]) -> int:
+        """Load a plan into the compiled path; ``uids``: of its graph's x, w and y tensors."""
         role = OUTPUT_ROLE[problem.direction]
         like = empty_like_layout(getattr(problem, f"{role}_shape"), problem, "meta")
-        # The frontend numbers a one-conv graph's tensors x, w, y = 1, 2, 3 (in creation order), also in a blob.
         return int(ext.load_plan(blob, *uids, ("fwd", "bwd_data", "bwd_filter").index(problem.direction),
                                  list(like.shape), list(like.stride()), torch.cuda.current_device()))  # fmt: skip
 
@@ -458,7 +468,10 @@ def run_direction(ex: Executor, problem: ConvProblem, ops: Operands, fallback: C
     """Run ``problem``'s plan on ``ops`` (whose output slot is allocated here for a cuDNN plan, which writes into
     it); ``bias`` is added (fused into the GEMM where the lowering allows). ``fallback`` (PyTorch, bias included)
     runs on pass-through and on failure."""
-    plan = ex.plan(problem, ops.x.device if ops.x is not None else ops.y.device)
+    plan = ex._plans.get(problem)
+    if plan is None:
+        with planning(), torch.no_grad():
+            plan = ex.plan(problem, ops.x.device if ops.x is not None else ops.y.device)
     if plan.runner is None and plan.native_id >= 0:  # a plan loaded from the cache into the compiled path only
         _counts[plan.path] += 1
         out = ex.native_module().run_plan(plan.native_id, *ops.inputs(problem.direction))
@@ -641,8 +654,9 @@ def _first_call(ex: Executor, key, x, w, b, stride, padding, dilation, groups, c
         _counted_routes.append(route)
         ex._routes[key] = route
         return route
-    # Deciding may measure candidates: outside the caller's autocast and autograd.
-    with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+    # Deciding may measure candidates: outside the caller's autocast and autograd, and with the hook suspended in
+    # this thread (the measurements' own convolutions are PyTorch's).
+    with planning(), torch.no_grad(), torch.autocast(x.device.type, enabled=False):
         return ex.route(key, problem, x.device, grads)
 
 
@@ -656,7 +670,21 @@ _shared_lock = threading.Lock()
 
 def current_executor() -> Executor | None:
     """The executor routing this thread's convolutions now, or ``None`` (PyTorch's own path)."""
-    return getattr(_local, "executor", None) or _global["executor"]
+    ex = getattr(_local, "executor", None)
+    if ex is None:
+        ex = _global["executor"]
+    return ex or None  # False: suspended while this thread plans
+
+
+@contextlib.contextmanager
+def planning():
+    """Suspend the hook in this thread while it plans: the convolutions of a measurement are PyTorch's own."""
+    previous = getattr(_local, "executor", None)
+    _local.executor = False
+    try:
+        yield
+    finally:
+        _local.executor = previous
 
 
 def shared_executor(**config: Any) -> Executor:

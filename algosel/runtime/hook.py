@@ -46,8 +46,11 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """Drop-in for ``torch.nn.functional.conv2d`` that runs the executor's decisions (see the module docstring)."""
     if torch.compiler.is_compiling():  # first: dynamo traces the custom op, never the routing below
         return compiled_conv2d(input, weight, bias, stride, padding, dilation, groups)
-    ex = getattr(_executor._local, "executor", None) or _executor._global["executor"]
-    if ex is None or not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
+    ex = getattr(_executor._local, "executor", None)
+    if ex is None:
+        ex = _executor._global["executor"]
+    # ex is False while this thread plans (measurements run PyTorch's own convolutions)
+    if not ex or not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
         return original_conv2d(input, weight, bias, stride, padding, dilation, groups)
     return run_conv(ex, input, weight, bias, stride, padding, dilation, groups)
 
@@ -111,6 +114,8 @@ def _patched_forward(module: torch.nn.Conv2d, ex: Executor):
             return compiled_conv2d(input, weight, bias, module.stride, module.padding, module.dilation, module.groups,
                                    number)  # fmt: skip
         previous = getattr(_executor._local, "executor", None)
+        if previous is False:  # this thread is planning: PyTorch's own convolution
+            return original_conv2d(input, weight, bias, module.stride, module.padding, module.dilation, module.groups)
         _executor._local.executor = ex
         try:
             return run_conv(ex, input, weight, bias, module.stride, module.padding, module.dilation, module.groups)
