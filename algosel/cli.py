@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from algosel.problem import DTYPES, LAYOUTS
 
@@ -262,6 +263,56 @@ def cmd_predict(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------------ runtime
+def cmd_build_ext(args) -> int:
+    from algosel.runtime import native  # noqa: PLC0415
+
+    try:
+        path = native.build(verbose=args.verbose_build)
+    except native.NativeBuildError as exc:
+        raise CliError(str(exc)) from None
+    print(f"built {path}")
+    print(native.status())
+    return 0
+
+
+def cmd_cache(args) -> int:
+    import shutil  # noqa: PLC0415
+
+    from algosel.runtime.cache import RuntimeCache, cache_folders  # noqa: PLC0415
+    from algosel.runtime.native import cache_root  # noqa: PLC0415
+
+    root = Path(args.root) if args.root else cache_root()
+    folders = cache_folders(root)
+    if args.action == "show":
+        if not folders:
+            print(f"no runtime decisions under {root / 'runtime'}")
+            return 0
+        for folder in folders:
+            env = _cache_environment(folder)
+            if env is None:
+                print(f"{folder}: not a runtime cache folder (no header)")
+                continue
+            s = RuntimeCache(root, env).summary()
+            print(f"{s['folder']}: {s['decisions']} decisions {s['by_source']}, {s['plans']} plans "
+                  f"({s['plan_bytes']} bytes); {env.get('gpu_name')}, cuDNN {env.get('cudnn')}, "
+                  f"torch {env.get('torch')}, model {env.get('model')}")  # fmt: skip
+        return 0
+    for folder in folders:
+        shutil.rmtree(folder)
+    print(f"removed {len(folders)} runtime cache folder(s) under {root / 'runtime'}")
+    return 0
+
+
+def _cache_environment(folder: Path) -> dict | None:
+    try:
+        first = (folder / "decisions.jsonl").open(encoding="utf-8").readline()
+        header = json.loads(first)
+    except (OSError, json.JSONDecodeError):
+        return None
+    return header.get("environment") if isinstance(header, dict) else None
+
+
 # ------------------------------------------------------------------------------------------- analyze-log
 def cmd_analyze_log(args) -> int:
     import pandas as pd  # noqa: PLC0415
@@ -445,6 +496,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="directory (default: the package's data/suites)")
     p.add_argument("--names", default="all")
     p.set_defaults(func=cmd_suites)
+
+    p = sub.add_parser("build-ext", help="build the runtime's compiled path (GPU machine; about a minute)")
+    p.add_argument("--verbose-build", action="store_true", help="show the compiler's output")
+    p.set_defaults(func=cmd_build_ext)
+
+    p = sub.add_parser("cache", help="show or clear the runtime's persistent decisions and plans")
+    p.add_argument("action", choices=("show", "clear"))
+    p.add_argument("--root", default=None, help="cache root (default: $ALGOSEL_CACHE_DIR or ~/.cache/algosel)")
+    p.set_defaults(func=cmd_cache)
 
     from algosel.study.report import add_parser as add_report_parser  # noqa: PLC0415
 

@@ -220,3 +220,12 @@ def test_networks_that_crashed_under_the_hook_train(shipped, name, amp, tmp_path
         assert torch.isfinite(loss) and abs(float(loss) - float(loss_ref)) <= 2e-2 * abs(float(loss_ref)) + 1e-6
         assert len(grads) == len(grads_ref)
         assert not any(k.startswith("fallback") for k in hook.stats()), hook.stats()
+
+
+def test_predict_measure_times_the_shortlist_and_puts_the_fastest_first():
+    import algosel
+
+    choices = algosel.predict(n=64, c=256, k=512, h=6, w=6, r=6, s=6, dtype="float16", measure=3, top_k=4)
+    times = [c.measured_time_ms for c in choices if c.measured_time_ms is not None]
+    assert len(times) >= 2 and times == sorted(times)
+    assert "pytorch:default" in {c.candidate_id for c in choices} and choices[0].source == "measured"

@@ -55,6 +55,8 @@ class Choice:
     #: (``cudnnMathType_t`` name) to set on the convolution descriptor; empty otherwise.
     cudnn_algo: str = ""
     cudnn_math_type: str = ""
+    #: Where ``algosel.predict(..., measure=k)`` timed it on this GPU: the median device time; else None.
+    measured_time_ms: float | None = None
 
 
 def candidate_row(c: Candidate, workspace_bytes: int = -1) -> dict[str, Any]:

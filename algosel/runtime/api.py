@@ -57,6 +57,7 @@ def predict(
     live: bool | None = None,
     force: bool = False,
     space: str = "cudnn",
+    measure: int = 0,
     **fields: Any,
 ) -> list[Choice]:
     """Rank the candidates for a convolution, best first.
@@ -85,6 +86,9 @@ def predict(
         ``"legacy"``: the legacy API's algorithms, for frameworks that call ``cudnnConvolutionForward`` and its
         backward twins; each choice carries ``cudnn_algo`` (e.g. ``CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM``,
         C value in ``engine_id``) and ``cudnn_math_type`` to set on the convolution descriptor.
+    measure : int
+        On a GPU: check and time the model's top ``measure`` candidates and PyTorch's default once (the sweeper's
+        timer, a small budget), and return them fastest first with ``measured_time_ms`` (``source`` "measured").
 
     Returns
     -------
@@ -117,4 +121,34 @@ def predict(
         raise ValueError(f"the model {model} selects {sel.space} candidates, not {space}")
     if live is None:
         live = live_available(sel)
-    return sel.choose(problem, max_workspace_bytes, deterministic, top_k, live)
+    if isinstance(measure, bool) or not isinstance(measure, int) or measure < 0:
+        raise ValueError(f"measure must be a non-negative integer (candidates to time), got {measure!r}")
+    choices = sel.choose(problem, max_workspace_bytes, deterministic, max(top_k, measure), live)
+    if measure:
+        return _measured(problem, choices[:measure])[:top_k]
+    return choices[:top_k]
+
+
+def _measured(problem: ConvProblem, choices: list[Choice]) -> list[Choice]:
+    """``choices`` and PyTorch's default, timed here once, fastest first (failures last, untimed)."""
+    import torch  # noqa: PLC0415
+
+    if not torch.cuda.is_available():
+        raise ValueError("measure needs a CUDA GPU (none is visible); predict without it ranks by the model alone")
+    from algosel.runtime.executor import shared_executor  # noqa: PLC0415
+
+    if not any(c.candidate_id == "pytorch:default" for c in choices):
+        choices = [*choices, _default_choice(choices)]
+    pairs = []
+    for c in choices:
+        space = get_space(c.space)
+        pairs.append((space, space.candidate(c.candidate_id.partition(":")[2], problem.direction)))
+    rows = shared_executor(cache=False)._verifier().measure_candidates(problem, pairs, source="predict")
+    times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows if r["status"] == "ok"}
+    timed = [dataclasses.replace(c, measured_time_ms=times.get(c.candidate_id), source="measured") for c in choices]
+    return sorted(timed, key=lambda c: (c.measured_time_ms is None, c.measured_time_ms or 0.0))
+
+
+def _default_choice(choices: list[Choice]) -> Choice:
+    return Choice(candidate_id="pytorch:default", space="pytorch", engine_id=-1, knobs="", score=float("nan"),
+                  workspace_bytes=0, source=choices[0].source if choices else "none")  # fmt: skip
