@@ -11,13 +11,15 @@ from pathlib import Path
 
 from algosel.learn.artifact import MANIFEST_FILE, SPACES_DEFAULT, SelectorError, space_of
 from algosel.learn.selector import Selector
-from algosel.records.environment import gpu_slug, visible_gpu
+from algosel.records.environment import gpu_slug, mismatches, visible_gpu
 from algosel.resources import shipped_path
+from algosel.spaces import get_space
 
 #: Where the shipped models are.
 SHIPPED_MODELS: Path = shipped_path("models")
 #: What a model can select (:func:`~algosel.learn.artifact.space_of`).
 MODEL_SPACES: tuple[str, ...] = ("cudnn", "legacy")
+_live: dict[int, bool] = {}
 
 
 def model_space(directory: Path) -> str:
@@ -56,3 +58,19 @@ def default_model_dir(models_root: str | Path | None = None, space: str = "cudnn
 def load_default(models_root: str | Path | None = None, force: bool = False, space: str = "cudnn") -> Selector:
     """Load :func:`default_model_dir`."""
     return Selector.load(default_model_dir(models_root, space), force=force)
+
+
+def live_available(sel: Selector) -> bool:
+    """Whether ``sel`` can rank live candidate lists here: a GPU, the space's library, and the model's own GPU and
+    cuDNN (memoised per selector)."""
+    hit = _live.get(id(sel))
+    if hit is None:
+        here = visible_gpu()
+        try:
+            hit = (
+                here is not None and get_space(sel.space).available() is None and not mismatches(sel.environment, here)
+            )
+        except Exception:  # noqa: BLE001 - anything missing means offline
+            hit = False
+        _live[id(sel)] = hit
+    return hit

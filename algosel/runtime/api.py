@@ -6,14 +6,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from algosel.learn.models import MODEL_SPACES, load_default
+from algosel.learn.models import MODEL_SPACES, live_available, load_default
 from algosel.learn.selector import Choice, Selector
 from algosel.problem import ConvProblem
-from algosel.records.environment import mismatches, visible_gpu
 from algosel.spaces import get_space
 
 _selectors: dict[Any, Selector] = {}
-_live: dict[int, bool] = {}
 
 
 def _selector(model: str | Path | Selector | None, force: bool, space: str = "cudnn") -> Selector:
@@ -25,22 +23,6 @@ def _selector(model: str | Path | Selector | None, force: bool, space: str = "cu
         sel = load_default(force=force, space=space) if model is None else Selector.load(model, force=force)
         _selectors[key] = sel
     return sel
-
-
-def live_available(sel: Selector) -> bool:
-    """Whether ``sel`` can rank live candidate lists here: a GPU, the space's library, and the model's own GPU and
-    cuDNN (memoised per selector)."""
-    hit = _live.get(id(sel))
-    if hit is None:
-        here = visible_gpu()
-        try:
-            hit = (
-                here is not None and get_space(sel.space).available() is None and not mismatches(sel.environment, here)
-            )
-        except Exception:  # noqa: BLE001 - anything missing means offline
-            hit = False
-        _live[id(sel)] = hit
-    return hit
 
 
 _FIELDS = {f.name for f in dataclasses.fields(ConvProblem)}
@@ -123,10 +105,10 @@ def predict(
         live = live_available(sel)
     if isinstance(measure, bool) or not isinstance(measure, int) or measure < 0:
         raise ValueError(f"measure must be a non-negative integer (candidates to time), got {measure!r}")
+    if not measure:
+        return sel.choose(problem, max_workspace_bytes, deterministic, top_k, live)  # memoised per arguments
     choices = sel.choose(problem, max_workspace_bytes, deterministic, max(top_k, measure), live)
-    if measure:
-        return _measured(problem, choices[:measure])[:top_k]
-    return choices[:top_k]
+    return _measured(problem, choices[:measure])[:top_k]
 
 
 def _measured(problem: ConvProblem, choices: list[Choice]) -> list[Choice]:

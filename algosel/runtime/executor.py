@@ -190,7 +190,7 @@ class Executor:
     # ---------------------------------------------------------------------------------------- resources
     def _live_ok(self) -> bool:
         if self._live is None:
-            from algosel.runtime.api import live_available  # noqa: PLC0415
+            from algosel.learn.models import live_available  # noqa: PLC0415
 
             self._live = live_available(self.selector)
         return self._live
