@@ -181,8 +181,9 @@ def run_layers_evaluation(
         f"Your layers ({', '.join(layers)}): {len(shapes)} shapes, {len(recorded_shapes)} of them in the records "
         f"({len(table)} problems: {', '.join(sorted(subset['dtype'].unique()))}; "
         f"{', '.join(sorted(subset['layout'].unique()))}); {legend}",
-        f"{held_out} of these shapes fall in the held-out split; the others were in the training records of a model "
-        "trained on these records (its picks there are what the hook runs, not a test of generalisation)",
+        f"{held_out} of these {len(recorded_shapes)} shapes are in the held-out split, which a model trained on these "
+        f"records never sees; it trains on the other {len(recorded_shapes) - held_out}: its picks there are what the "
+        "hook will run, not a test of how it generalises",
         "",
         "Time of each selector's pick / best measured candidate, per problem:",
         format_comparison(comp),
