@@ -151,6 +151,9 @@ def test_cli_evaluate_layers_errors(slice_model, tmp_path: Path, capsys) -> None
     )
     assert main([*base, "--layers", str(unknown), "--out", str(tmp_path / "c")]) == 2
     assert "hold none of the 1 shapes" in _one_line_error(capsys.readouterr().err, "evaluate")
+    legacy = str(REPO / "models" / "h200-cudnn91900-legacy")
+    assert main([*base, "--layers", str(unknown), "--compare-model", legacy, "--out", str(tmp_path / "d")]) == 2
+    assert "compare models of one space" in _one_line_error(capsys.readouterr().err, "evaluate")
 
 
 # ------------------------------------------------------------------------------------- train on two datasets

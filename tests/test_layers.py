@@ -27,7 +27,7 @@ from algosel.measure.layers import (
     size_labels,
     write_layers,
 )
-from algosel.measure.suites import LAYER_FIELDS, SUITE_COLUMNS, extract_conv_calls, load_suite
+from algosel.measure.suites import LAYER_FIELDS, SUITE_COLUMNS, FPNHead, extract_conv_calls, load_suite
 from algosel.measure.sweep import Sweeper, run_sweep
 from algosel.measure.timing import FakeTimer
 from algosel.problem import ConvProblem
@@ -438,3 +438,27 @@ def test_the_example_network_has_the_layers_the_tutorial_says(tmp_path: Path) ->
 
 def test_model_file_text_is_a_valid_module() -> None:
     compile(textwrap.dedent(MODEL_FILE), "usernet.py", "exec")
+
+
+def test_layers_of_the_suites_models_are_the_committed_suites(tmp_path: Path) -> None:
+    out = tmp_path / "alexnet_fc.csv"
+    argv = ["layers", "--model", "algosel.measure.suites:alexnet_fc", "--input", "1600,256,6,6", "--out", str(out)]
+    assert main(argv) == 0
+    pd.testing.assert_frame_equal(load_layers(out)[list(SUITE_COLUMNS)], load_suite("alexnet_fc"))
+    # The FPN head takes four feature maps: one input of four tensors, the suite's block at 800x1216.
+    maps = FPNHead().example_inputs(800, 1216)
+    text = ";".join(",".join(str(v) for v in t.shape) for t in maps)
+    argv = ["layers", "--model", "algosel.measure.suites:FPNHead", "--input", text, "--network", "fpn"]
+    assert main([*argv, "--out", str(tmp_path / "fpn.csv")]) == 0
+    fpn = load_suite("fpn")
+    block = fpn[fpn["size"] == "800x1216"].reset_index(drop=True)
+    got = load_layers(tmp_path / "fpn.csv")[list(SUITE_COLUMNS)]
+    pd.testing.assert_frame_equal(got.drop(columns="size"), block.drop(columns="size"))
+    assert set(got["size"]) == {"200x304"}, "labelled by the first tensor's size"
+
+
+def test_layers_of_torchvision_resnet50_are_its_committed_suite(tmp_path: Path) -> None:
+    pytest.importorskip("torchvision")
+    out = tmp_path / "resnet50.csv"
+    assert main(["layers", "--model", "torchvision.models:resnet50", "--input", "32,3,224,224", "--out", str(out)]) == 0
+    pd.testing.assert_frame_equal(load_layers(out)[list(SUITE_COLUMNS)], load_suite("resnet50"))

@@ -152,6 +152,11 @@ def run_layers_evaluation(
     models = {"model": Selector.load(model_dir, force=True)}
     if compare_model:
         models["compare_model"] = Selector.load(compare_model, force=True)
+        if models["compare_model"].space != models["model"].space:
+            raise ValueError(
+                f"--compare-model {compare_model} selects {models['compare_model'].space} candidates and "
+                f"{model_dir} {models['model'].space} ones: compare models of one space"
+            )
     frame, envs = load_records(*data)
     frame, _ = main_environment(frame, envs)
     shapes = {
