@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The user's loop of docs/tutorial.md on one GPU, for the numbers the tutorial quotes:
-#   layers -> sweep -> train on the union -> evaluate on the network's layers -> training steps with the hook.
+#   layers -> sweep -> train on the union -> evaluate on the network's layers -> training steps with the hook ->
+#   the HTML report.
 #
 #   OUT=/some/dir bash benchmarks/loop_h200.sh
 #
 # Run from the repository root, in an environment with algosel, its GPU extra (nvidia-cudnn-frontend,
 # nvidia-ml-py), lightgbm and a CUDA build of torch. Everything goes under $OUT: times.tsv (seconds and bytes per
 # step), the layers file, the sweep's records, the model, the evaluation and one JSON line per training-step run
-# (steps.jsonl). Estimated at about 5-6 minutes on one H200: the sweep of MyNet's 42 cases at the 0.65 cases/s of
+# (steps.jsonl). Estimated at about 5 to 6 minutes on one H200: the sweep of MyNet's 42 cases at the 0.65 cases/s of
 # docs/sweeper.md is about 65 s (capped at 200 s); training on the union with the shipped model's hyperparameters
 # (no tuning; its final fit took 11 s on 2 threads, plus 3 cross-validation fits and loading) about a minute; the
-# evaluation half a minute; twelve training-step runs of about 10 s each. The commands are docs/tutorial.md's.
+# evaluation half a minute; twelve training-step runs of about 10 s each; the report 20 s (17 s on a CPU machine
+# for data/sweeps/h200). The commands are docs/tutorial.md's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the output directory}"
@@ -18,6 +20,9 @@ mkdir -p "$OUT"
 py=${PYTHON:-python3}
 SHIPPED=models/h200-cudnn91900
 SWEEP="$OUT/sweeps/h200-mynet"
+# The runtime's persistent cache of decisions and plans (and a compiled extension, if built) under $OUT: nothing is
+# read from an earlier run's cache, and later runs of one model in this script reuse what the first one decided.
+export ALGOSEL_CACHE_DIR="$OUT/cache"
 MODEL="$OUT/models/h200-mynet"
 printf 'step\tseconds\tbytes\texit\n' > "$OUT/times.tsv"
 
@@ -64,10 +69,10 @@ for dtype in float32 amp; do
     run_step "hook-mynet-$dtype-1" --mode hook --model "$MODEL" --dtype "$dtype"
     run_step "hook-mynet-$dtype-2" --mode hook --model "$MODEL" --dtype "$dtype"
     run_step "default-$dtype-2" --mode default --dtype "$dtype"
-    run_step "benchmark-$dtype" --mode benchmark --dtype "$dtype"
     # the shipped model has no record of MyNet's shapes: what it meets is recorded as unseen (where the hook
     # reads ALGOSEL_RECORD_UNSEEN)
     ALGOSEL_RECORD_UNSEEN="$OUT/unseen.csv" run_step "hook-shipped-$dtype" --mode hook --model "$SHIPPED" --dtype "$dtype"
+    run_step "hook-shipped-verify3-$dtype" --mode hook --model "$SHIPPED" --verify 3 --dtype "$dtype"
 done
 printf 'training-steps\t%s\t0\t0\n' "$((SECONDS - t0))" >> "$OUT/times.tsv"
 
@@ -76,4 +81,7 @@ if [ -f "$OUT/unseen.csv" ]; then
     step unseen-dry-run "$OUT/unseen.csv" $py -m algosel sweep --layers "$OUT/unseen.csv" --dtypes float32,float16 \
         --resume-from data/sweeps/h200 --resume-from "$SWEEP" --out "$OUT/sweeps/unseen" --dry-run
 fi
+# Last, as it needs no GPU: the HTML report (docs/tutorial.md step 8).
+step report "$OUT/html" $py -m algosel report --data data/sweeps/h200 "$SWEEP" --model "$MODEL" --out "$OUT/html" ||
+    echo "== report failed (exit $?)"
 cat "$OUT/times.tsv"

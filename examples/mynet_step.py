@@ -34,6 +34,8 @@ def _hook_context(args: argparse.Namespace):
     kwargs = {}
     if args.model:
         kwargs["selector"] = Selector.load(args.model, force=args.force)
+    if args.verify:
+        kwargs["verify"] = args.verify
     if args.record:
         kwargs["record"] = args.record
     return algosel.hook.enabled(**kwargs)
@@ -44,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("default", "benchmark", "hook"), default="default")
     parser.add_argument("--model", default=None, help="model directory for the hook (default: the shipped one)")
     parser.add_argument("--force", action="store_true", help="use a model made for another GPU or cuDNN")
+    parser.add_argument("--verify", type=int, default=0, help="hook: time the model's top k on each new problem")
     parser.add_argument("--record", default=None, help="hook: record the problems it met without records here")
     parser.add_argument("--dtype", choices=("float32", "amp"), default="float32", help="amp: float16 autocast")
     parser.add_argument("--batch", type=int, default=16)
@@ -94,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "mode": args.mode,
         "model": args.model,
+        "verify": args.verify,
         "dtype": args.dtype,
         "device": str(device),
         "batch": args.batch,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,10 +25,10 @@ def test_doctor_exits_0_on_a_cpu_machine_and_says_what_it_has(tmp_path: Path) ->
     )  # fmt: skip
     assert got.returncode == 0, got.stderr
     lines = got.stdout.splitlines()
-    fields = {line.split()[0]: line.split(None, 1)[1] for line in lines[:11]}
+    fields = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in lines[:11])
     assert fields["torch"].startswith(torch.__version__)
     assert fields["GPU"] == "none visible" and fields["cuDNN"] == "not available"
-    assert fields["algosel.runtime._ext"] == "not built"
+    assert fields["compiled extension"] == "not applicable (CPU build of torch)"
     assert fields["lightgbm"][0].isdigit()
     assert fields["ALGOSEL_RECORD_UNSEEN"] == "unset"
     assert any(line.strip().startswith("h200-cudnn91900 ") and "NVIDIA H200" in line for line in lines)
@@ -49,19 +50,18 @@ def test_doctor_json_lists_local_models_and_the_record_variable(slice_model, tmp
     assert facts["default_models"]["cudnn"]["error"] is None
 
 
-def test_an_extension_that_exists_or_fails_to_import_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    package = tmp_path / "fakepkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "good.py").write_text("X = 1\n")
-    (package / "bad.py").write_text("raise ImportError('undefined symbol: cudnnCreate')\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(doctor, "EXTENSION", "fakepkg.good")
-    assert doctor._extension().startswith("built (") and "good.py" in doctor._extension()
-    monkeypatch.setattr(doctor, "EXTENSION", "fakepkg.bad")
-    assert doctor._extension() == "does not import (ImportError: undefined symbol: cudnnCreate)"
-    monkeypatch.setattr(doctor, "EXTENSION", "fakepkg.absent")
-    assert doctor._extension() == "not built"
+def test_the_extension_line_is_the_compiled_paths_own_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    from algosel.runtime import native
+
+    assert doctor._extension() == native.status()
+    monkeypatch.setenv("ALGOSEL_NATIVE", "0")
+    assert doctor._extension() == "disabled (ALGOSEL_NATIVE=0)"
+
+    def broken() -> str:
+        raise OSError("cache folder unreadable")
+
+    monkeypatch.setattr(native, "status", broken)
+    assert doctor._extension() == "unknown (OSError: cache folder unreadable)"
 
 
 def _facts(gpus: bool, error: str | None, space: str | None, local: list[str] | None = None) -> dict:
@@ -84,13 +84,18 @@ def test_verdict_for_a_gpu_with_no_matching_model() -> None:
     assert lines[0] == f"enabling the hook with its default model raises: {error}"
     assert "train a model for this GPU" in lines[1]
     lines = hook_verdict(_facts(True, error, None, local=["models/a100-cudnn91900"]))
-    assert "Selector.load('models/a100-cudnn91900')" in lines[1]
+    assert "enabled(selector=Selector.load('models/a100-cudnn91900'))" in lines[1]
 
 
 def test_verdict_for_a_gpu_with_its_model_with_and_without_the_frontend() -> None:
     with_frontend = hook_verdict(_facts(True, None, None))
-    assert with_frontend[0].startswith("the hook runs h200-cudnn91900's picks")
+    assert with_frontend[0].startswith("the hook runs h200-cudnn91900's choice where its gain")
+    assert "verify=k" in with_frontend[0] and "passes through" in with_frontend[0]
     assert "built on first use" in with_frontend[1]
+    assert with_frontend[2].startswith("host path: Python (")
+    built = _facts(True, None, None)
+    built["extension"] = "built: /cache/ext/algosel_conv_ext.so"
+    assert hook_verdict(built)[2] == "host path: compiled"
     without = hook_verdict(_facts(True, None, "nvidia-cudnn-frontend is not installed"))
     assert "cannot be built (nvidia-cudnn-frontend is not installed)" in without[1]
     assert "passes through to PyTorch" in without[1]

@@ -157,7 +157,7 @@ def test_cli_evaluate_layers_errors(slice_model, tmp_path: Path, capsys) -> None
 
 
 # ------------------------------------------------------------------------------------- train on two datasets
-def test_train_on_two_datasets_uses_both(tmp_path: Path, capsys) -> None:
+def test_train_on_two_datasets_uses_both(slice_model, tmp_path: Path, capsys) -> None:
     frame, envs = load_records(SLICE)
     shapes = sorted(frame["case_key"].unique())
     half = set(shapes[: len(shapes) // 2])
@@ -166,13 +166,18 @@ def test_train_on_two_datasets_uses_both(tmp_path: Path, capsys) -> None:
     write_part(tmp_path / "a" / "part-a.parquet", first.to_dict("records"), envs.values())
     write_part(tmp_path / "b" / "part-b.parquet", second.to_dict("records"), envs.values())
     argv = ["train", str(tmp_path / "a"), str(tmp_path / "b"), "--models", str(tmp_path / "m"), "--name", "union"]
-    assert main([*argv, "--params-from", str(SHIPPED), "--folds", "2", "--no-progress"]) == 0
+    assert main([*argv, "--params-from", str(slice_model[0]), "--folds", "2", "--no-progress"]) == 0
     assert "wrote" in capsys.readouterr().out
     manifest = json.loads((tmp_path / "m" / "union" / "manifest.json").read_text())
     assert manifest["problems"] == frame["problem_key"].nunique()
     assert manifest["data"] == [str(tmp_path / "a"), str(tmp_path / "b")]
-    shipped = json.loads((SHIPPED / "manifest.json").read_text())["params"]
-    for key in ("objective", "num_leaves", "n_estimators", "min_child_samples"):
-        assert manifest["params"][key] == shipped[key], key
+    source = json.loads((slice_model[0] / "manifest.json").read_text())["params"]
+    assert manifest["params"] == source, "the hyperparameters of --params-from, threads included (default 2)"
     assert len(manifest["tuning"]) == 1, "no grid searched"
     assert not math.isnan(manifest["test_scores"]["model"]["geomean"])
+
+
+def test_params_from_takes_the_shipped_models_hyperparameters(tmp_path: Path, capsys) -> None:
+    argv = ["train", str(tmp_path / "none"), "--params-from", str(tmp_path / "not-a-model"), "--no-progress"]
+    assert main(argv) == 2
+    assert "not a model directory" in _one_line_error(capsys.readouterr().err, "train")

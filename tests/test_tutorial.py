@@ -4,9 +4,10 @@ Each ```bash block of the tutorial starts with a marker line:
 
 - ``# cpu``: run as it is; where the tutorial quotes the output (the plain block right after it), the quoted lines
   must appear in what the commands print;
-- ``# cpu: needs the sweep's records``: run as it is on stand-in records: ``data/sweeps/h200`` is the committed
-  slice of the H200 records (so that training takes seconds) and ``my-sweeps/h200-mynet`` a CPU sweep of MyNet's
-  layers (GEMM lowering and PyTorch's default, with a fake timer, in the slice's environment), made here;
+- ``# cpu: needs the sweep's records``: run as it is on stand-in records: ``data/sweeps/h200`` is a third of the
+  committed slice of the H200 records (so that training takes seconds) and ``my-sweeps/h200-mynet`` records of
+  MyNet's layers with made-up times for the candidates every problem has without a GPU, made here;
+  every ``# cpu`` block runs in the same directory, with those stand-ins for the shipped records;
 - ``# gpu``: needs a GPU, not run in CI (benchmarks/loop_h200.sh runs them on the H200);
 - ``# setup``: the install, which CI's own setup (.ci/run) does.
 """
@@ -58,6 +59,17 @@ def test_gpu_blocks_are_the_ones_that_need_a_gpu() -> None:
         assert runs_on_gpu == (marker == GPU), commands
 
 
+def _stand_in_h200(directory: Path) -> None:
+    """A third of the committed slice of the H200 records (so that training takes seconds), in its environment."""
+    from algosel.records import load_records, write_part
+
+    frame, envs = load_records(SLICE)
+    keys = sorted(frame["case_key"].unique())[::3]
+    write_part(
+        directory / "part-stand-in.parquet", frame[frame["case_key"].isin(keys)].to_dict("records"), envs.values()
+    )
+
+
 def _stand_in_sweep(workdir: Path) -> None:
     """Records of MyNet's layers where the tutorial's sweep would have written them: the candidates every problem
     has without a GPU (GEMM lowering where it applies, PyTorch's default) with made-up times, in the slice's
@@ -85,8 +97,7 @@ def _stand_in_sweep(workdir: Path) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the quoted outputs are those of a machine without a GPU")
 def test_the_tutorials_cpu_commands_run_as_written(tmp_path: Path) -> None:
-    (tmp_path / "data" / "sweeps").mkdir(parents=True)
-    (tmp_path / "data" / "sweeps" / "h200").symlink_to(SLICE)
+    _stand_in_h200(tmp_path / "data" / "sweeps" / "h200")
     for name in ("examples", "models"):
         (tmp_path / name).symlink_to(REPO / name)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")

@@ -7,9 +7,7 @@ space's ``available()``), so it says what will happen, not what should.
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
-import importlib.util
 import json
 import os
 import platform
@@ -23,8 +21,8 @@ from algosel.records.environment import gpu_slug, mismatches, visible_gpu
 from algosel.runtime.unseen import ENV_VAR
 from algosel.version import __version__
 
-#: The compiled extension of the runtime, where one is built.
-EXTENSION = "algosel.runtime._ext"
+#: What the report calls the compiled runtime path (:mod:`algosel.runtime.native`, sources in ``runtime/_ext``).
+EXTENSION = "compiled extension"
 
 
 def _version(distribution: str) -> str | None:
@@ -48,13 +46,13 @@ def _driver() -> str:
 
 
 def _extension() -> str:
+    """The compiled path's own one-line status (built, not built and why, disabled)."""
+    from algosel.runtime import native  # noqa: PLC0415
+
     try:
-        if importlib.util.find_spec(EXTENSION) is None:
-            return "not built"
-        module = importlib.import_module(EXTENSION)
+        return native.status()
     except Exception as exc:  # noqa: BLE001 - a broken build is reported, not raised
-        return f"does not import ({type(exc).__name__}: {exc})"
-    return f"built ({getattr(module, '__file__', EXTENSION)})"
+        return f"unknown ({type(exc).__name__}: {exc})"
 
 
 def _gpus() -> list[dict[str, Any]]:
@@ -143,38 +141,38 @@ def hook_verdict(facts: dict[str, Any]) -> list[str]:
     """What ``algosel.hook.enabled()`` will do on this machine, from :func:`collect`'s facts."""
     default = facts["default_models"]["cudnn"]
     if not facts["gpus"]:
-        name = Path(default["model"]).name if default["model"] else None
         lines = [
             "no CUDA GPU: no cuDNN engine config can run here; every convolution passes through to PyTorch's own, "
-            "except where the model picks GEMM lowering (it runs as a matmul on CPU tensors too)"
+            "except problems whose records show GEMM lowering ahead of PyTorch's default (a matmul on the CPU too)"
         ]
-        if name:
-            lines.append(f"the hook would load {name} (no GPU to check it against)")
+        if default["model"]:
+            lines.append(f"the hook would load {Path(default['model']).name} (no GPU to check it against)")
         else:
             lines.append(f"enabling the hook raises: {default['error']}")
         return lines
     if default["error"]:
-        lines = [f"enabling the hook with its default model raises: {default['error']}"]
-        local = facts["default_models"]["cudnn"].get("local_matches") or []
+        local = default.get("local_matches") or []
         hint = (
-            f"pass a model made here: Executor(selector=Selector.load({local[0]!r}))"
+            f"pass a model made here: enabled(selector=Selector.load({local[0]!r}))"
             if local
             else "train a model for this GPU (docs/tutorial.md), or pass one with Selector.load(path, force=True)"
         )
-        return [*lines, hint]
+        return [f"enabling the hook with its default model raises: {default['error']}", hint]
     name = Path(default["model"]).name
-    space_ok = facts["cudnn_space"] is None
     lines = [
-        f"the hook runs {name}'s picks: GEMM lowering where it is predicted best, PyTorch's own convolution where "
-        "that is predicted or the recorded gain is below the hook's overhead per call"
+        f"the hook runs {name}'s choice where its gain over PyTorch's default is known: problems its records "
+        "measured, a measurement on first use with enabled(verify=k), or its predicted times where it has them; "
+        "every other convolution passes through to PyTorch's own"
     ]
-    if space_ok:
-        lines.append("cuDNN engine configs: planned and built on first use of each problem (the frontend is here)")
+    if facts["cudnn_space"] is None:
+        lines.append("cuDNN engine configs: built on first use of each problem (the frontend is here)")
     else:
         lines.append(
-            f"cuDNN engine configs cannot be built ({facts['cudnn_space']}): where the model picks one, the call "
-            "passes through to PyTorch (stats: 'pytorch:cudnn config needs the live GPU list')"
+            f"cuDNN engine configs cannot be built ({facts['cudnn_space']}): where one is chosen, the call passes "
+            "through to PyTorch"
         )
+    built = str(facts["extension"]).startswith("built")
+    lines.append("host path: " + ("compiled" if built else f"Python ({facts['extension']})"))
     return lines
 
 
