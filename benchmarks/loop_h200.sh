@@ -8,11 +8,12 @@
 # Run from the repository root, in an environment with algosel, its GPU extra (nvidia-cudnn-frontend,
 # nvidia-ml-py), lightgbm and a CUDA build of torch. Everything goes under $OUT: times.tsv (seconds and bytes per
 # step), the layers file, the sweep's records, the model, the evaluation and one JSON line per training-step run
-# (steps.jsonl). Estimated at about 5 to 6 minutes on one H200: the sweep of MyNet's 42 cases at the 0.65 cases/s of
-# docs/sweeper.md is about 65 s (capped at 200 s); training on the union with the shipped model's hyperparameters
-# (no tuning; its final fit took 11 s on 2 threads, plus 3 cross-validation fits and loading) about a minute; the
-# evaluation half a minute; twelve training-step runs of about 10 s each; the report 20 s (17 s on a CPU machine
-# for data/sweeps/h200). The commands are docs/tutorial.md's.
+# (steps.jsonl). Estimated at about 6 to 7 minutes on one H200 (5 to 6 with BUILD_EXT=0): the sweep of MyNet's 42
+# cases at the 0.65 cases/s of docs/sweeper.md is about 65 s (capped at 200 s); training on the union with the
+# shipped model's hyperparameters (no tuning; its final fit took 11 s on 2 threads, plus 3 cross-validation fits and
+# loading) about a minute; the evaluation half a minute; building the compiled path about a minute (docs/hook.md);
+# twelve training-step runs of about 10 s each; the report 20 s (17 s on a CPU machine for data/sweeps/h200).
+# The commands are docs/tutorial.md's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the output directory}"
@@ -54,6 +55,12 @@ step evaluate "$OUT/eval" bash -c "$py -m algosel evaluate --model '$MODEL' --da
     --no-lono --no-progress --layers '$OUT/mynet.csv' --compare-model '$SHIPPED' --out '$OUT/eval' \
     > '$OUT/eval/evaluate.txt'; status=\$?; cat '$OUT/eval/evaluate.txt'; exit \$status" ||
     echo "== evaluate failed (exit $?); continuing with the training steps"
+
+# The hook's compiled path (into $ALGOSEL_CACHE_DIR; about a minute). BUILD_EXT=0 skips it: the hook then runs its
+# Python path, and a failed build is reported and the run goes on the same way.
+if [ "${BUILD_EXT:-1}" != 0 ]; then
+    step build-ext "$OUT/cache/ext" $py -m algosel build-ext || echo "== build-ext failed (exit $?); the Python path runs"
+fi
 
 # Training steps, each mode in a process of its own (PyTorch caches its plan per shape in a process), the main
 # comparison (default against the hook with the new model) twice in ABBA order.

@@ -54,8 +54,10 @@ def test_every_bash_block_says_where_it_runs() -> None:
 def test_gpu_blocks_are_the_ones_that_need_a_gpu() -> None:
     for marker, commands, _ in _blocks():
         runs_on_gpu = (
-            "algosel sweep" in commands and "--dry-run" not in commands
-        ) or "mynet_step.py --mode" in commands
+            ("algosel sweep" in commands and "--dry-run" not in commands)
+            or "mynet_step.py --mode" in commands
+            or "algosel build-ext" in commands
+        )
         assert runs_on_gpu == (marker == GPU), commands
 
 
