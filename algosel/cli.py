@@ -54,7 +54,9 @@ def _cases_from_args(args):
         if args.grid
         else None
     )
-    cases = build_cases(grid, _suite_names(args.suites), dtypes, layouts, grid_layouts=grid_layouts)
+    # With layers files and no --suites, only the layers (a user's own network, not the 686 suite cases).
+    suites = args.suites if args.suites is not None else ("none" if args.layers else "all")
+    cases = build_cases(grid, _suite_names(suites), dtypes, layouts, grid_layouts=grid_layouts, layers=args.layers)
     return cases[: args.limit] if args.limit else cases
 
 
@@ -70,7 +72,16 @@ def cmd_sweep(args) -> int:
     shard = parse_shard(args.shard)
     cases = _cases_from_args(args)
     if args.dry_run:
-        print(f"{len(cases)} cases ({sum(1 for c in cases if c.source == 'grid')} from the grid)")
+        from_layers = sum(1 for c in cases if c.source.startswith("layers:"))
+        layers = f", {from_layers} from layers files" if args.layers else ""
+        line = f"{len(cases)} cases ({sum(1 for c in cases if c.source == 'grid')} from the grid{layers})"
+        if args.resume_from:  # what a sweep would measure: the cases none of the datasets has
+            from algosel.measure.sweep import done_case_keys  # noqa: PLC0415
+
+            done = done_case_keys(args.out, *args.resume_from)
+            recorded = sum(1 for c in cases if c.key in done)
+            line += f"; {recorded} already recorded, {len(cases) - recorded} to measure"
+        print(line)
         return 0
     if args.gpus is not None:
         return _launch_per_gpu(args)
@@ -181,6 +192,41 @@ def cmd_suites(args) -> int:
     return 0
 
 
+def cmd_layers(args) -> int:
+    from algosel.measure.layers import (  # noqa: PLC0415
+        LayersError,
+        default_network_name,
+        load_model,
+        model_layers,
+        parse_input,
+        write_layers,
+    )
+
+    try:
+        inputs = [parse_input(text) for text in args.input]
+        network = args.network if args.network is not None else default_network_name(args.model)
+        frame, skipped = model_layers(load_model(args.model), inputs, network, name=args.model)
+    except LayersError as exc:
+        raise CliError(str(exc)) from None
+    path = write_layers(frame, args.out)
+    shapes = frame.drop_duplicates(subset=[c for c in frame.columns if c not in ("network", "layer", "size")])
+    print(
+        f"wrote {path}: network {network}, {len(frame)} conv calls, {len(shapes)} distinct shapes, "
+        f"{len(inputs)} input size(s)"
+    )
+    if skipped:
+        others = ", ".join(f"{name} x{count}" for name, count in sorted(skipped.items()))
+        print(f"not recorded (algosel covers 2-D convolutions): {others}")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from algosel.runtime.doctor import main_text  # noqa: PLC0415
+
+    print(main_text(args.models or ["models"], as_json=args.json))
+    return 0
+
+
 # -------------------------------------------------------------------------------------------- selector
 def cmd_train(args) -> int:
     from algosel.learn.ranker import RankerParams  # noqa: PLC0415
@@ -188,6 +234,15 @@ def cmd_train(args) -> int:
 
     grid = DEFAULT_GRID if not args.quick else {"objective": ["lambdarank"]}
     base = RankerParams(n_estimators=args.n_estimators, num_threads=args.threads)
+    if args.params_from:  # no tuning: the hyperparameters another model's tuning chose
+        from dataclasses import fields, replace  # noqa: PLC0415
+
+        from algosel.learn.artifact import read_manifest  # noqa: PLC0415
+
+        chosen = read_manifest(args.params_from)["params"]
+        names = {f.name for f in fields(RankerParams)} - {"num_threads"}
+        base = replace(base, **{k: v for k, v in chosen.items() if k in names})
+        grid = {"objective": [base.objective]}
     out, summary = train(
         args.data,
         models_root=args.models,
@@ -213,7 +268,18 @@ def cmd_train(args) -> int:
 def cmd_evaluate(args) -> int:
     from algosel.study.evaluation import run_evaluation  # noqa: PLC0415
 
+    if args.compare_model and not args.layers:
+        raise CliError("--compare-model compares the models on your layers: give --layers FILE.csv too")
+    if args.layers:  # validate the layers files before the (long) evaluation starts
+        from algosel.measure.layers import load_layers  # noqa: PLC0415
+
+        for path in args.layers:
+            load_layers(path)
     text = run_evaluation(args.model, args.data, args.out, lono=not args.no_lono, progress=not args.no_progress)
+    if args.layers:
+        from algosel.study.evaluation import run_layers_evaluation  # noqa: PLC0415
+
+        text += "\n" + run_layers_evaluation(args.model, args.data, args.layers, args.compare_model, args.out)
     print(text)
     return 0
 
@@ -402,9 +468,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="grid and operand seed")
     p.add_argument("--max-flops", type=float, default=5e10, help="largest grid problem, in FLOPs")
     p.add_argument("--max-operand-bytes", type=int, default=256 << 20, help="largest grid problem's x + w + y")
-    p.add_argument("--suites", default="all", help="comma-separated suites, 'all' or 'none'")
+    p.add_argument(
+        "--suites", default=None, help="comma-separated suites, 'all' or 'none' (default: all; none with --layers)"
+    )
+    p.add_argument(
+        "--layers", action="append", default=[], metavar="FILE.csv", help="a layers file (algosel layers); repeatable"
+    )
     p.add_argument("--dtypes", default="float32,float16", help=f"comma-separated, of {', '.join(DTYPES)}")
-    p.add_argument("--layouts", default="nchw", help="layouts of the suites' problems")
+    p.add_argument("--layouts", default="nchw", help="layouts of the suites' and layers files' problems")
     p.add_argument("--grid-layouts", default=None, help="layouts of the grid's problems (default: --layouts)")
     p.add_argument("--spaces", default="gemm,pytorch,cudnn", help="candidate spaces, measured in this order")
     p.add_argument("--shard", default="0/1", help="i/n: measure one of n disjoint shares of the cases")
@@ -440,6 +511,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-estimators", type=int, default=300)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="skip tuning: LambdaRank with default parameters")
+    p.add_argument(
+        "--params-from",
+        default=None,
+        metavar="MODEL",
+        help="skip tuning: the hyperparameters of this model (e.g. the shipped one); overrides --n-estimators",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
 
@@ -449,6 +526,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="directory for the report files (default: reports/<model name>)")
     p.add_argument("--no-lono", action="store_true", help="skip leave-one-network-out (it retrains per network)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--layers", action="append", default=[], metavar="FILE.csv", help="also judge the model on these layers"
+    )
+    p.add_argument("--compare-model", default=None, help="a second model judged on the layers (e.g. the shipped one)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("predict", help="rank the candidates for one convolution")
@@ -491,6 +572,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="use models made for another GPU or cuDNN")
     p.add_argument("--csv", default=None, help="also write the table to this CSV file")
     p.set_defaults(func=cmd_analyze_log)
+
+    p = sub.add_parser("layers", help="write the conv layers of any model as a layers file (CPU, meta tensors)")
+    p.add_argument("--model", required=True, help="package.module:callable or path/to/file.py:callable")
+    p.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        help="input shape, e.g. 32,3,224,224 (tensors of one call separated by ';'); repeatable: one block each",
+    )
+    p.add_argument("--out", required=True, help="the layers CSV to write")
+    p.add_argument("--network", default=None, help="network name (default: the file's stem or the callable's name)")
+    p.set_defaults(func=cmd_layers)
+
+    p = sub.add_parser("doctor", help="what this machine has, which model matches it, what the hook will do")
+    p.add_argument(
+        "--models", action="append", default=None, help="a directory of local models (default: ./models); repeatable"
+    )
+    p.add_argument("--json", action="store_true", help="the facts as JSON")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("suites", help="extract the layer shapes of real networks into CSVs (needs torchvision)")
     p.add_argument("--out", default=None, help="directory (default: the package's data/suites)")

@@ -223,3 +223,106 @@ def beats_baselines(comp: pd.DataFrame, baselines: Iterable[str] = ("heuristic_a
             )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------- a user's own layers
+def model_pick_times(sel: Selector, prep: Prepared) -> pd.DataFrame:
+    """:func:`pick_times` of ``sel``'s scores on every row of ``prep``, on the model's own shortlist."""
+    return pick_times(prep.data, sel.ranker.score(prep.X), sel.manifest.get("shortlist_rank"))
+
+
+def models_table(frame: pd.DataFrame, prep: Prepared, selectors: Mapping[str, Selector]) -> pd.DataFrame:
+    """Per problem of ``prep``: the best time, the baselines of :func:`~algosel.records.analysis.per_problem`, and
+    for each named model its pick's time (column ``<name>``) and candidate (``<name>_candidate``).
+
+    Several models are judged on the same problems and records (their feature schema is the same: a model of
+    another schema does not load). A model has no time where none of its shortlist ran correctly.
+    """
+    picks = {name: model_pick_times(sel, prep) for name, sel in selectors.items()}
+    subset = frame[frame["problem_key"].isin(prep.data["problem_key"].unique())]
+    table = per_problem(subset, extra={name: p["model"] for name, p in picks.items()})
+    for name, p in picks.items():
+        table[f"{name}_candidate"] = p["model_candidate"]
+    return table
+
+
+def time_totals(table: pd.DataFrame, selectors: Iterable[str]) -> pd.DataFrame:
+    """Total time of each selector's picks over the problems of ``table`` (each problem once), overall and per
+    direction and dtype, and its ratio to the total of the best candidates.
+
+    Only problems where every selector and the best have a time are summed (``problems`` counts them), so that
+    the totals compare the same work.
+    """
+    selectors = list(selectors)
+    complete = table.dropna(subset=["best", *selectors])
+    rows = []
+    slices = [("all", "all", complete)]
+    slices += [(g, str(v), part) for g in ("direction", "dtype") for v, part in complete.groupby(g)]
+    for group, value, part in slices:
+        best = float(part["best"].sum())
+        for sel in selectors:
+            total = float(part[sel].sum())
+            rows.append({"group": group, "value": value, "selector": sel, "problems": len(part), "total_ms": total,
+                         "best_ms": best, "total_vs_best": total / best if best else np.nan})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def layers_totals(
+    table: pd.DataFrame, layers: Mapping[str, pd.DataFrame], selectors: Iterable[str], unseen_network: str = "unseen"
+) -> pd.DataFrame:
+    """Whole-network time per layers file, network, input size, dtype and layout: fwd + bwd_data + bwd_filter of
+    every row, times its ``calls``.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        Per problem (indexed by problem key): ``best``, ``dtype``, ``layout`` and a column per selector;
+        typically :func:`models_table` after :func:`with_pytorch_fallback`.
+    layers : mapping of str to DataFrame
+        Layers frames (:func:`algosel.measure.layers.load_layers`) by a label (the file name).
+    selectors : iterable of str
+        Columns of ``table`` to total.
+    unseen_network : str
+        The network of a recorder's file of unseen problems, whose rows are shapes rather than a network's layers
+        in order: every direction of each is counted. Elsewhere the first row of each (network, size) block is the
+        network's first convolution, whose input (the image) needs no gradient: its ``bwd_data`` is left out, as
+        :func:`network_totals` does.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (file, network, size, dtype, layout) that the table has problems of: ``calls`` summed,
+        ``missing_calls`` (calls whose problem has no time for every selector: left out of every sum), and
+        ``<selector>_ms``, ``<selector>_vs_best`` and ``best_ms``.
+    """
+    selectors = list(selectors)
+    complete = table.dropna(subset=["best", *selectors])
+    times = {key: row for key, row in zip(complete.index, complete[["best", *selectors]].to_numpy())}
+    combos = sorted(set(zip(table["dtype"], table["layout"])))
+    rows = []
+    for label, frame in layers.items():
+        for (network, size), block in frame.groupby(["network", "size"], sort=False):
+            records = block.to_dict("records")
+            for dtype, layout in combos:
+                sums = np.zeros(1 + len(selectors))
+                calls = missing = 0
+                for i, layer in enumerate(records):
+                    p = ConvProblem(**{f: int(layer[f]) for f in SHAPE_FIELDS}, dtype=dtype, layout=layout)
+                    for q in p.directions():
+                        if i == 0 and q.direction == "bwd_data" and network != unseen_network:
+                            continue
+                        weight = int(layer.get("calls", 1))
+                        if q.key in times:
+                            sums += weight * times[q.key]
+                            calls += weight
+                        else:
+                            missing += weight
+                if not calls:
+                    continue
+                row = {"file": label, "network": network, "size": size, "dtype": dtype, "layout": layout,
+                       "calls": calls, "missing_calls": missing, "best_ms": float(sums[0])}  # fmt: skip
+                for j, sel in enumerate(selectors, 1):
+                    row[f"{sel}_ms"] = float(sums[j])
+                    row[f"{sel}_vs_best"] = float(sums[j] / sums[0]) if sums[0] else np.nan
+                rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,8 +1,9 @@
-"""The list of cases a sweep measures: the seeded grid plus the real-network suites."""
+"""The list of cases a sweep measures: a user's layers files, the real-network suites and the seeded grid."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from algosel.measure.grid import GridSpec, sample_grid
 from algosel.measure.sweep import SweepCase
@@ -16,14 +17,19 @@ def build_cases(
     layouts: Sequence[str] = ("nchw",),
     suites_dir: str | None = None,
     grid_layouts: Sequence[str] | None = None,
+    layers: Sequence[str | Path] = (),
 ) -> list[SweepCase]:
-    """Grid shapes and suite layers, each in every dtype and layout; deduplicated, suites first.
+    """Layers files' shapes, suite layers and grid shapes, each in every dtype and layout; deduplicated.
 
-    ``grid_layouts`` (default: ``layouts``) are the layouts of the grid's shapes.
+    ``layouts`` are the layouts of the layers files' and the suites' shapes, ``grid_layouts`` (default:
+    ``layouts``) those of the grid's. ``layers`` are layers files (:mod:`algosel.measure.layers`; every file is
+    read and validated before anything is returned), whose cases have the source ``layers:<network>``.
 
-    A shape that appears in a suite and in the grid is measured once and labelled with the suite.
+    A shape that appears in several places is measured once and labelled with the first: a layers file, then a
+    suite, then the grid.
     """
     from algosel.measure import suites as suite_mod  # noqa: PLC0415 - pandas import only when needed
+    from algosel.measure.layers import layers_problems, load_layers  # noqa: PLC0415
 
     for d in dtypes:
         if d not in DTYPES:
@@ -33,6 +39,13 @@ def build_cases(
         if lay not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {lay!r}")
     cases: dict[str, SweepCase] = {}
+    frames = [load_layers(path) for path in layers]  # all files validated before any case is built
+    for frame in frames:
+        for network, part in frame.groupby("network", sort=False):
+            for dtype in dtypes:
+                for layout in layouts:
+                    for p in layers_problems(part, dtype=dtype, layout=layout):
+                        cases.setdefault(p.case_key, SweepCase(p, f"layers:{network}"))
     kwargs = {} if suites_dir is None else {"directory": suites_dir}
     for name in suites:
         frame = suite_mod.load_suite(name, **kwargs)

@@ -18,7 +18,7 @@ import argparse
 import copy
 import math
 import sys
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +28,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from algosel.problem import SHAPE_FIELDS, ConvProblem, same_padding
 from algosel.resources import shipped_path
@@ -219,20 +220,35 @@ def _conv_padding(conv: nn.Conv2d, h: int, w: int) -> tuple[int, int, int, int]:
       padding, as if zero padded: same output size and arithmetic; PyTorch in fact pads explicitly first and
       calls the kernel with padding 0.
     """
-    padding = conv.padding
+    return _resolve_padding(conv.padding, conv.kernel_size, conv.dilation, h, w)
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    """An int or a one- or two-element sequence (as ``F.conv2d`` accepts) as ``(height, width)``."""
+    if isinstance(value, (list, tuple)):
+        return int(value[0]), int(value[-1])
+    return int(value), int(value)
+
+
+def _resolve_padding(
+    padding: Any, kernel_size: tuple[int, int], dilation: Any, h: int, w: int
+) -> tuple[int, int, int, int]:
+    """``(h, w, pad_h, pad_w)`` for a padding as ``Conv2d`` or ``F.conv2d`` takes it (see :func:`_conv_padding`)."""
     if isinstance(padding, str):
         if padding == "valid":
             return h, w, 0, 0
         if padding != "same":
             raise ValueError(f"unknown Conv2d padding {padding!r}")
         sizes, pads = [h, w], [0, 0]
+        dilations = _pair(dilation)
         for axis in range(2):
-            kernel, dilation = conv.kernel_size[axis], conv.dilation[axis]
-            total = dilation * (kernel - 1)
-            pads[axis] = same_padding(kernel, dilation)  # == total // 2
+            kernel, axis_dilation = int(kernel_size[axis]), dilations[axis]
+            total = axis_dilation * (kernel - 1)
+            pads[axis] = same_padding(kernel, axis_dilation)  # == total // 2
             sizes[axis] += total % 2
         return sizes[0], sizes[1], pads[0], pads[1]
-    return h, w, int(padding[0]), int(padding[1])
+    pad_h, pad_w = _pair(padding)
+    return h, w, pad_h, pad_w
 
 
 def _layer_record(name: str, conv: nn.Conv2d, x: torch.Tensor) -> dict[str, Any]:
@@ -259,36 +275,106 @@ def _layer_record(name: str, conv: nn.Conv2d, x: torch.Tensor) -> dict[str, Any]
     }
 
 
-def _run_hooked(model: nn.Module, args: tuple[Any, ...]) -> list[dict[str, Any]]:
-    """Run ``model(*args)`` once with a forward hook on every Conv2d; one record per call."""
+#: ``F.conv2d``'s parameters in order, to read a functional call's arguments however they were passed.
+_CONV2D_PARAMS: tuple[str, ...] = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+_CONV2D_DEFAULTS: dict[str, Any] = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+#: Convolutions algosel does not cover (1-D, 3-D, transposed): counted, not recorded.
+_OTHER_CONVS: dict[Any, str] = {
+    F.conv1d: "conv1d",
+    F.conv3d: "conv3d",
+    F.conv_transpose1d: "conv_transpose1d",
+    F.conv_transpose2d: "conv_transpose2d",
+    F.conv_transpose3d: "conv_transpose3d",
+}
+
+
+def _functional_record(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The record of an ``F.conv2d`` call made outside any ``nn.Conv2d`` (a functional convolution)."""
+    bound = dict(_CONV2D_DEFAULTS)
+    bound.update(zip(_CONV2D_PARAMS, args))
+    bound.update(kwargs)
+    x, weight = bound["input"], bound["weight"]
+    n = int(x.shape[0]) if x.dim() == 4 else 1
+    c, h, w = (int(v) for v in x.shape[-3:])
+    kernel = (int(weight.shape[2]), int(weight.shape[3]))
+    h, w, pad_h, pad_w = _resolve_padding(bound["padding"], kernel, bound["dilation"], h, w)
+    (stride_h, stride_w), (dilation_h, dilation_w) = _pair(bound["stride"]), _pair(bound["dilation"])
+    return {"layer": name, "n": n, "c": c, "k": int(weight.shape[0]), "h": h, "w": w, "r": kernel[0],
+            "s": kernel[1], "pad_h": pad_h, "pad_w": pad_w, "stride_h": stride_h, "stride_w": stride_w,
+            "dilation_h": dilation_h, "dilation_w": dilation_w, "groups": int(bound["groups"])}  # fmt: skip
+
+
+@dataclass
+class ConvCalls:
+    """What one forward pass convolved: one record per 2-D convolution call, and the convolutions algosel does
+    not cover (``skipped``: calls per function name, e.g. ``{"conv_transpose2d": 3}``)."""
+
+    records: list[dict[str, Any]]
+    skipped: dict[str, int]
+
+
+class _FunctionalConvs(TorchFunctionMode):
+    """Sees every ``F.conv2d`` call: records the ones no ``nn.Conv2d`` hook records, counts other convolutions."""
+
+    def __init__(self, records: list[dict[str, Any]], names: list[str], inside_conv: list[int]) -> None:
+        super().__init__()
+        self.records, self.names, self.inside_conv = records, names, inside_conv
+        self.skipped: Counter[str] = Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.conv2d and not self.inside_conv[0]:
+            self.records.append(_functional_record(self.names[-1] if self.names else "", args, kwargs))
+        elif func in _OTHER_CONVS:
+            self.skipped[_OTHER_CONVS[func]] += 1
+        return func(*args, **kwargs)
+
+
+def _run_hooked(model: nn.Module, args: tuple[Any, ...]) -> ConvCalls:
+    """Run ``model(*args)`` once, recording every 2-D convolution call (see :func:`extract_conv_calls`)."""
     records: list[dict[str, Any]] = []
+    names: list[str] = []  # qualified names of the modules running, innermost last
+    inside_conv = [0]  # depth of nn.Conv2d forwards running: their F.conv2d is the module's own record
     handles = []
 
-    def make_hook(name: str) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
+    def make_pre_hook(name: str, is_conv: bool) -> Callable[[nn.Module, tuple[Any, ...]], None]:
+        def hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
+            names.append(name)
+            inside_conv[0] += is_conv
+
+        return hook
+
+    def make_hook(name: str, is_conv: bool) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
-            records.append(_layer_record(name, module, inputs[0]))
+            names.pop()
+            if is_conv:
+                inside_conv[0] -= 1
+                records.append(_layer_record(name, module, inputs[0]))
 
         return hook
 
     # Per-module hooks (rather than the global register_module_forward_hook) give the qualified name for free
-    # and cannot pick up convolutions of unrelated code running at the same time.
+    # and cannot pick up convolutions of unrelated code running at the same time. The functional mode records
+    # the F.conv2d calls of modules that convolve without an nn.Conv2d (weight standardisation, custom layers).
     for name, module in model.named_modules():
-        if isinstance(module, nn.Conv2d):
-            handles.append(module.register_forward_hook(make_hook(name)))
+        is_conv = isinstance(module, nn.Conv2d)
+        handles.append(module.register_forward_pre_hook(make_pre_hook(name, is_conv)))
+        handles.append(module.register_forward_hook(make_hook(name, is_conv)))
     # Per-module modes, so a model with mixed train/eval submodules is restored exactly.
     modes = [(module, module.training) for module in model.modules()]
+    functional = _FunctionalConvs(records, names, inside_conv)
     try:
         # Inference mode: suites describe inference shapes (e.g. no auxiliary heads), and eval avoids batch
         # statistics and random dropout masks we do not need.
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), functional:
             model(*args)
     finally:
         for module, training in modes:
             module.training = training
         for handle in handles:
             handle.remove()
-    return records
+    return ConvCalls(records, dict(functional.skipped))
 
 
 def _to_cpu(value: Any) -> Any:
@@ -307,8 +393,8 @@ def _materialise_on_cpu(model: nn.Module) -> nn.Module:
     return clone.to_empty(device="cpu") if has_meta else clone.cpu()
 
 
-def extract_layers(model: nn.Module, inputs: torch.Tensor | tuple[Any, ...]) -> list[dict[str, Any]]:
-    """Shapes of every ``nn.Conv2d`` call of one forward pass.
+def extract_conv_calls(model: nn.Module, inputs: torch.Tensor | tuple[Any, ...]) -> ConvCalls:
+    """Shapes of every 2-D convolution call of one forward pass, and the count of other convolutions.
 
     Parameters
     ----------
@@ -320,9 +406,11 @@ def extract_layers(model: nn.Module, inputs: torch.Tensor | tuple[Any, ...]) -> 
 
     Returns
     -------
-    list of dict
-        One dict per convolution call, in execution order (a module called twice gives two rows), with keys
-        ``layer`` (qualified module name) and :data:`LAYER_FIELDS`.
+    ConvCalls
+        ``records``: one dict per convolution call, in execution order (a module called twice gives two rows),
+        with keys ``layer`` and :data:`LAYER_FIELDS`. Calls of an ``nn.Conv2d`` are named by the module's
+        qualified name; an ``F.conv2d`` call made elsewhere by the innermost module running it. ``skipped``:
+        1-D, 3-D and transposed convolution calls per function name (algosel covers 2-D convolutions).
 
     Notes
     -----
@@ -342,6 +430,24 @@ def extract_layers(model: nn.Module, inputs: torch.Tensor | tuple[Any, ...]) -> 
             return _run_hooked(_materialise_on_cpu(model), _to_cpu(args))
         except Exception as cpu_error:
             raise cpu_error from meta_error
+
+
+def extract_layers(model: nn.Module, inputs: torch.Tensor | tuple[Any, ...]) -> list[dict[str, Any]]:
+    """The records of :func:`extract_conv_calls`: one dict per 2-D convolution call of one forward pass.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The network (parameters may be on the meta device).
+    inputs : Tensor or tuple
+        The forward arguments, preferably meta tensors.
+
+    Returns
+    -------
+    list of dict
+        Keys ``layer`` (qualified module name) and :data:`LAYER_FIELDS`, in execution order.
+    """
+    return extract_conv_calls(model, inputs).records
 
 
 def _size_label(h: int, w: int) -> str:
@@ -477,23 +583,86 @@ def load_suite(name: str, directory: str | Path = DEFAULT_SUITES_DIR) -> pd.Data
     Raises
     ------
     ValueError
-        If the file does not exist, or lacks a column (the message names the file and the column).
+        As :func:`read_layer_table`: a missing file or column, a bad value or a row that is no valid convolution.
     """
     path = Path(directory) / f"{name}.csv"
     if not path.is_file():
         raise ValueError(
             f"suite file {path} does not exist; generate it with 'python -m algosel.measure.suites {Path(directory)}'"
         )
+    return read_layer_table(path, "suite file")
+
+
+def read_layer_table(
+    path: str | Path, label: str = "layers file", extra_int_columns: Sequence[str] = ()
+) -> pd.DataFrame:
+    """Read and validate a CSV in the suite format (the columns :data:`SUITE_COLUMNS`).
+
+    The one reader of suite and layers files: every row must be a valid convolution shape, so that a bad file is
+    reported here, naming the line, before anything is measured.
+
+    Parameters
+    ----------
+    path : str or Path
+        The CSV file.
+    label : str
+        What the file is, for messages (``"suite file"``, ``"layers file"``).
+    extra_int_columns : sequence of str
+        Further columns kept when present, each of positive integers (a layers file's ``calls``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`SUITE_COLUMNS` in order (int64 shape fields, str text columns), then those of
+        ``extra_int_columns`` the file has (int64); other columns are dropped.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file and, for a bad value, its line and column: a missing file or column, a file
+        without rows, a value that is not an integer, an empty network name, or a row that is not a valid
+        convolution (the message of :class:`~algosel.problem.ConvProblem` names the field).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{label} {path} does not exist")
     # Text columns read as str, verbatim: a layer named "0" must not become a number, nor the root module's
     # empty name (a bare Conv2d) NaN.
-    frame = pd.read_csv(path, dtype={column: str for column in _TEXT_COLUMNS}, keep_default_na=False)
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{label} {path} is not a readable CSV file: {' '.join(str(exc).split())}") from None
     missing = [column for column in SUITE_COLUMNS if column not in frame.columns]
     if missing:
-        raise ValueError(f"suite file {path} is missing column(s): {', '.join(missing)}")
-    try:
-        return _typed(frame)
-    except ValueError as exc:
-        raise ValueError(f"suite file {path}: {exc}") from exc
+        raise ValueError(f"{label} {path} is missing column(s): {', '.join(missing)}")
+    if frame.empty:
+        raise ValueError(f"{label} {path} holds no rows")
+    int_columns = [*LAYER_FIELDS, *(c for c in extra_int_columns if c in frame.columns)]
+    out = frame.loc[:, [*SUITE_COLUMNS, *int_columns[len(LAYER_FIELDS) :]]].copy()
+    for column in int_columns:
+        # Line numbers as an editor shows them: the header is line 1.
+        values = pd.to_numeric(out[column].str.strip(), errors="coerce")
+        bad = values.isna() | (values != values.round())
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise ValueError(
+                f"{label} {path}, line {i + 2}, column {column!r}: {out[column].iloc[i]!r} is not an integer"
+            )
+        out[column] = values.astype("int64")
+        if column in extra_int_columns and (out[column] <= 0).any():
+            i = int((out[column] <= 0).to_numpy().nonzero()[0][0])
+            raise ValueError(
+                f"{label} {path}, line {i + 2}, column {column!r}: must be positive, got {out[column].iloc[i]}"
+            )
+    empty = out["network"].str.strip() == ""
+    if empty.any():
+        raise ValueError(f"{label} {path}, line {int(empty.to_numpy().nonzero()[0][0]) + 2}, column 'network' is empty")
+    for i, row in enumerate(out[list(LAYER_FIELDS)].to_dict("records")):
+        try:
+            ConvProblem(**row)
+        except ValueError as exc:
+            raise ValueError(f"{label} {path}, line {i + 2}: not a valid convolution: {exc}") from None
+    return out.reset_index(drop=True)
 
 
 def load_suites(names: Iterable[str] | None = None, directory: str | Path = DEFAULT_SUITES_DIR) -> pd.DataFrame:

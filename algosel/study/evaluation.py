@@ -104,3 +104,125 @@ def run_evaluation(
     (out_dir / "report.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
     lines += ["", f"wrote {out_dir / 'report.csv'}, {out_dir / 'report.json'}"]
     return "\n".join(lines)
+
+
+#: The selectors of :func:`run_layers_evaluation`, in the order its tables list them.
+LAYERS_SELECTORS: tuple[str, ...] = ("model", "compare_model", "heuristic_a", "heuristic_b", "pytorch_default")
+
+
+def _format_totals(totals: pd.DataFrame) -> str:
+    shown = totals.copy()
+    shown["total_ms"] = shown["total_ms"].map(lambda v: f"{v:.3f}")
+    shown["best_ms"] = shown["best_ms"].map(lambda v: f"{v:.3f}")
+    shown["total_vs_best"] = shown["total_vs_best"].map(lambda v: f"{v:.3f}")
+    return shown.to_string(index=False)
+
+
+def run_layers_evaluation(
+    model_dir: str,
+    data: list[str],
+    layers: list[str],
+    compare_model: str | None = None,
+    out: str | None = None,
+) -> str:
+    """``algosel evaluate --layers FILE [--compare-model DIR]``: a model on the problems of a user's own layers.
+
+    For every recorded problem of the layers files' shapes (any dtype and layout in ``data``): the time of the
+    model's pick, of the compare model's, of cuDNN's heuristics and of PyTorch's default, against the best
+    measured candidate (geomean, within 5%, total time), and each file's whole networks (every call, forward and
+    both gradients). Writes ``layers_report.csv``, ``layers_time_totals.csv``, ``layers_totals.csv`` and
+    ``layers_report.json`` into ``out`` (default ``reports/<model name>``); returns the text.
+
+    Raises
+    ------
+    ValueError
+        For a bad layers file (its line and column named) or when the records hold none of its shapes.
+    """
+    from algosel.learn.evaluate import (  # noqa: PLC0415
+        is_test_shape,
+        layers_totals,
+        models_table,
+        time_totals,
+    )
+    from algosel.measure.layers import UNSEEN_NETWORK, load_layers  # noqa: PLC0415
+    from algosel.problem import SHAPE_FIELDS, ConvProblem  # noqa: PLC0415
+    from algosel.records.analysis import comparison_table  # noqa: PLC0415
+
+    frames = {path: load_layers(path) for path in layers}  # validated before the records are read
+    models = {"model": Selector.load(model_dir, force=True)}
+    if compare_model:
+        models["compare_model"] = Selector.load(compare_model, force=True)
+        if models["compare_model"].space != models["model"].space:
+            raise ValueError(
+                f"--compare-model {compare_model} selects {models['compare_model'].space} candidates and "
+                f"{model_dir} {models['model'].space} ones: compare models of one space"
+            )
+    frame, envs = load_records(*data)
+    frame, _ = main_environment(frame, envs)
+    shapes = {
+        ConvProblem(**{f: int(row[f]) for f in SHAPE_FIELDS}).shape_key
+        for layers_frame in frames.values()
+        for row in layers_frame.to_dict("records")
+    }
+    shape_of = {k: ConvProblem.from_key(k).shape_key for k in frame["problem_key"].unique()}
+    subset = frame[frame["problem_key"].map(shape_of).isin(shapes)]
+    if subset.empty:
+        raise ValueError(
+            f"the records of {', '.join(data)} hold none of the {len(shapes)} shapes of {', '.join(layers)}; "
+            f"sweep them first: algosel sweep --layers {' --layers '.join(layers)} --out DIR"
+        )
+    prep = Prepared.build(subset, envs)
+    table = models_table(subset, prep, models)
+    selectors = [s for s in LAYERS_SELECTORS if s in models or s not in ("model", "compare_model")]
+    comp = comparison_table(table, selectors)
+    filled = with_pytorch_fallback(table, selectors)
+    totals = time_totals(filled, selectors)
+    networks = layers_totals(filled, frames, selectors, unseen_network=UNSEEN_NETWORK)
+    recorded_shapes = set(subset["problem_key"].map(shape_of))
+    held_out = int(is_test_shape(sorted(recorded_shapes)).sum())
+    legend = f"model = {model_dir}" + (f", compare_model = {compare_model}" if compare_model else "")
+    lines = [
+        "",
+        f"Your layers ({', '.join(layers)}): {len(shapes)} shapes, {len(recorded_shapes)} of them in the records "
+        f"({len(table)} problems: {', '.join(sorted(subset['dtype'].unique()))}; "
+        f"{', '.join(sorted(subset['layout'].unique()))}); {legend}",
+        f"{held_out} of these {len(recorded_shapes)} shapes are in the held-out split, which a model trained on these "
+        f"records never sees; it trains on the other {len(recorded_shapes) - held_out}: its picks there are what the "
+        "hook will run, not a test of how it generalises",
+        "",
+        "Time of each selector's pick / best measured candidate, per problem:",
+        format_comparison(comp),
+        "",
+        "Total time over these problems (each problem once; where a selector had no correct candidate, PyTorch's "
+        "default):",
+        _format_totals(totals),
+        "",
+        "Whole networks of the layers files, fwd + bwd_data + bwd_filter of every call (time / best):",
+    ]
+    if networks.empty:
+        lines.append("(no layer of the files has a recorded problem in every direction)")
+    else:
+        cols = ["file", "network", "size", "dtype", "layout", "calls", "missing_calls", "best_ms",
+                *[f"{s}_vs_best" for s in selectors]]  # fmt: skip
+        lines.append(networks[cols].round(3).to_string(index=False))
+    out_dir = Path(out) if out else Path("reports") / Path(model_dir).name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    comp.to_csv(out_dir / "layers_report.csv", index=False)
+    totals.to_csv(out_dir / "layers_time_totals.csv", index=False)
+    networks.to_csv(out_dir / "layers_totals.csv", index=False)
+    result = {
+        "model": model_dir,
+        "compare_model": compare_model,
+        "layers": layers,
+        "shapes": len(shapes),
+        "recorded_shapes": len(recorded_shapes),
+        "held_out_shapes": held_out,
+        "problems": len(table),
+        "comparison": comp.to_dict("records"),
+        "time_totals": totals.to_dict("records"),
+        "network_totals": networks.to_dict("records"),
+    }
+    (out_dir / "layers_report.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    lines += ["", f"wrote {out_dir / 'layers_report.csv'}, {out_dir / 'layers_totals.csv'}, "
+              f"{out_dir / 'layers_report.json'}"]  # fmt: skip
+    return "\n".join(lines)

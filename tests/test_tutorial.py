@@ -1,0 +1,126 @@
+"""docs/tutorial.md: every command that runs without a GPU is run here, as written, in a temporary directory.
+
+Each ```bash block of the tutorial starts with a marker line:
+
+- ``# cpu``: run as it is; where the tutorial quotes the output (the plain block right after it), the quoted lines
+  must appear in what the commands print;
+- ``# cpu: needs the sweep's records``: run as it is on stand-in records: ``data/sweeps/h200`` is a third of the
+  committed slice of the H200 records (so that training takes seconds) and ``my-sweeps/h200-mynet`` records of
+  MyNet's layers with made-up times for the candidates every problem has without a GPU, made here;
+  every ``# cpu`` block runs in the same directory, with those stand-ins for the shipped records;
+- ``# gpu``: needs a GPU, not run in CI (benchmarks/loop_h200.sh runs them on the H200);
+- ``# setup``: the install, which CI's own setup (.ci/run) does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, SLICE
+
+TUTORIAL = REPO / "docs" / "tutorial.md"
+CPU, AFTER_SWEEP, GPU, SETUP = "# cpu", "# cpu: needs the sweep's records", "# gpu", "# setup"
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
+
+
+def _blocks() -> list[tuple[str, str, str | None]]:
+    """(marker, commands, quoted output or None) of every bash block, in order."""
+    fences = [(m.group(1), m.group(2), m.end()) for m in _FENCE.finditer(TUTORIAL.read_text())]
+    out = []
+    for i, (lang, body, _) in enumerate(fences):
+        if lang != "bash":
+            continue
+        marker, _, commands = body.partition("\n")
+        following = fences[i + 1] if i + 1 < len(fences) else None
+        quoted = following[1] if following is not None and following[0] == "" else None
+        out.append((marker.strip(), commands, quoted))
+    return out
+
+
+def test_every_bash_block_says_where_it_runs() -> None:
+    blocks = _blocks()
+    assert blocks, "the tutorial has command blocks"
+    assert {marker for marker, _, _ in blocks} <= {CPU, AFTER_SWEEP, GPU, SETUP}, [m for m, _, _ in blocks]
+    markers = [m for m, _, _ in blocks]
+    assert markers.count(CPU) >= 4 and markers.count(AFTER_SWEEP) >= 3
+
+
+def test_gpu_blocks_are_the_ones_that_need_a_gpu() -> None:
+    for marker, commands, _ in _blocks():
+        runs_on_gpu = (
+            ("algosel sweep" in commands and "--dry-run" not in commands)
+            or "mynet_step.py --mode" in commands
+            or "algosel build-ext" in commands
+        )
+        assert runs_on_gpu == (marker == GPU), commands
+
+
+def _stand_in_h200(directory: Path) -> None:
+    """A third of the committed slice of the H200 records (so that training takes seconds), in its environment."""
+    from algosel.records import load_records, write_part
+
+    frame, envs = load_records(SLICE)
+    keys = sorted(frame["case_key"].unique())[::3]
+    write_part(
+        directory / "part-stand-in.parquet", frame[frame["case_key"].isin(keys)].to_dict("records"), envs.values()
+    )
+
+
+def _stand_in_sweep(workdir: Path) -> None:
+    """Records of MyNet's layers where the tutorial's sweep would have written them: the candidates every problem
+    has without a GPU (GEMM lowering where it applies, PyTorch's default) with made-up times, in the slice's
+    environment. Stand-ins that let the commands after the sweep run; nothing is measured."""
+    from algosel.measure.cases import build_cases
+    from algosel.records import load_records, write_part
+    from algosel.records.schema import Record
+    from algosel.spaces import get_space
+
+    _, envs = load_records(SLICE)
+    env = next(iter(envs.values()))
+    cases = build_cases(None, [], ["float32", "float16"], layers=[workdir / "mynet.csv"])
+    assert len(cases) == 42
+    rows = []
+    for case in cases:
+        for problem in case.problem.directions():
+            for name, t in (("gemm", 0.04), ("pytorch", 0.06)):
+                for cand in get_space(name).offline_candidates(problem) or ():
+                    times = {"time_ms_median": t, "time_ms_p25": t, "time_ms_p75": t, "time_ms_min": t}
+                    record = Record.of(problem, case.source, cand, env["env_id"], **times, repeats=5,
+                                       host_overhead_us=20.0, workspace_bytes=0, max_rel_error=1e-6)  # fmt: skip
+                    rows.append(record.to_dict())
+    write_part(workdir / "my-sweeps" / "h200-mynet" / "part-stand-in.parquet", rows, [env])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the quoted outputs are those of a machine without a GPU")
+def test_the_tutorials_cpu_commands_run_as_written(tmp_path: Path) -> None:
+    _stand_in_h200(tmp_path / "data" / "sweeps" / "h200")
+    for name in ("examples", "models"):
+        (tmp_path / name).symlink_to(REPO / name)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.pop("ALGOSEL_RECORD_UNSEEN", None)
+    ran = swept = 0
+    for marker, commands, quoted in _blocks():
+        if marker not in (CPU, AFTER_SWEEP):
+            continue
+        if marker == AFTER_SWEEP and not swept:
+            _stand_in_sweep(tmp_path)
+            swept = 1
+        got = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", commands], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=900, check=False,
+        )  # fmt: skip
+        assert got.returncode == 0, f"{commands}\n{got.stdout}\n{got.stderr}"
+        if quoted is not None:
+            for line in quoted.strip().splitlines():
+                assert line in got.stdout.splitlines(), f"quoted {line!r} is not in the output of {commands}"
+        ran += 1
+    assert ran >= 7
+    assert (tmp_path / "my-models" / "h200-mynet" / "model.txt").is_file()
+    assert (tmp_path / "reports" / "h200-mynet" / "layers_totals.csv").is_file()
+    assert (tmp_path / "reports" / "html-mynet" / "index.html").is_file()
