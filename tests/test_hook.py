@@ -321,3 +321,27 @@ def test_torch_compile_keeps_the_hooked_convolutions_in_one_graph(executor, swit
         torch._dynamo.reset()
     torch.testing.assert_close(y, ref, atol=1e-4, rtol=1e-4)
     assert x.grad is not None and hook.stats().get("gemm", 0) >= 1, hook.stats()
+
+
+def test_record_mode_keeps_the_unrecorded_problems_met_with_call_counts(shipped, tmp_path, monkeypatch):
+    from algosel.measure.layers import load_layers
+    from algosel.runtime.unseen import ENV_VAR
+
+    path = tmp_path / "unseen.csv"
+    ex = hook.Executor(selector=shipped, live=False, record=path)
+    x, w = torch.randn(2, 8, 11, 9), torch.randn(12, 8, 3, 3)
+    recorded = ConvProblem.from_key(shipped.catalogue.frame["problem_key"].iloc[0])
+    xr, wr = torch.randn(recorded.x_shape), torch.randn(recorded.w_shape)
+    with hook.enabled(ex):
+        for _ in range(3):
+            F.conv2d(x, w, stride=2)
+        if recorded.direction == "fwd" and recorded.dtype == "float32" and recorded.layout == "nchw":
+            F.conv2d(xr, wr, None, (recorded.stride_h, recorded.stride_w), (recorded.pad_h, recorded.pad_w),
+                     (recorded.dilation_h, recorded.dilation_w), recorded.groups)  # fmt: skip
+    ex._recorder.flush()
+    layers = load_layers(path)
+    assert len(layers) == 1 and int(layers["calls"].iloc[0]) == 3
+    assert int(layers["n"].iloc[0]) == 2 and int(layers["c"].iloc[0]) == 8 and int(layers["stride_h"].iloc[0]) == 2
+    # an environment variable does the same for code that cannot pass record=
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "from_env.csv"))
+    assert hook.Executor(selector=shipped, live=False)._recorder.path.name == "from_env.csv"

@@ -112,6 +112,7 @@ class _Route:
     calls: int = 0
     native_route: int = -1  # the compiled path's route id
     run_native: Callable[..., torch.Tensor] | None = None  # the compiled path's entry point
+    unseen: Any = None  # the recorder of problems the model's records lack, where this route's problem is one
 
 
 def _one_matrix_product(problem: ConvProblem) -> bool:
@@ -148,6 +149,10 @@ class Executor:
         (``$ALGOSEL_CACHE_DIR`` or ``~/.cache/algosel``), or under the folder given.
     native : bool, optional
         Use the compiled path where it is built (default); ``False``: the Python path only.
+    record : path, optional
+        Keep the convolutions met whose problems the model's records lack, with call counts, in this layers file
+        (:mod:`algosel.runtime.unseen`; default: the file named by ``$ALGOSEL_RECORD_UNSEEN``, if set), for
+        ``algosel sweep --layers``.
     """
 
     def __init__(
@@ -159,6 +164,7 @@ class Executor:
         max_workspace_bytes: int | None = None,
         cache: bool | str | os.PathLike = True,
         native: bool | None = None,
+        record: str | os.PathLike | None = None,
     ):
         if selector is None:
             from algosel.learn.models import load_default  # noqa: PLC0415
@@ -183,6 +189,9 @@ class Executor:
         self._dtypes = set(selector.manifest.get("dtypes", ("float32", "float16")))
         self._sweeper = None
         self._lock = threading.RLock()
+        from algosel.runtime.unseen import recorder_for, recorder_from_env  # noqa: PLC0415
+
+        self._recorder = recorder_for(record) if record else recorder_from_env()
         #: Seconds spent deciding (measuring, building plans), for benchmarks of the first pass.
         self.planning_s = 0.0
         self.measured_problems = 0
@@ -434,7 +443,7 @@ class Executor:
         plans = [self.plan(p, device) for p in directions]
         reasons = tuple(p.path for p in plans)
         if all(p.runner is None and p.native_id < 0 for p in plans):
-            route = _Route("native", None, reasons)
+            route = _Route("native", problem, reasons)
         elif all(p.path == "gemm" for p in plans) and _one_matrix_product(problem):
             route = _Route("gemm", problem, reasons)
         elif all(p.path != "gemm" for p in plans) and all(p.native_id >= 0 or p.runner is None for p in plans):
@@ -443,6 +452,8 @@ class Executor:
             route = _Route("function", problem)
         if route.kind != "function":
             _counted_routes.append(route)
+        if self._recorder is not None and not self.selector.is_recorded(problem):
+            route.unseen = self._recorder
         self._routes[key] = route
         return route
 
@@ -579,6 +590,8 @@ def run_conv(ex: Executor, x, w, b, stride, padding, dilation, groups) -> torch.
         route = _first_call(ex, key, x, w, b, stride, padding, dilation, groups, cast, grads)
         if route is None:  # counted by _first_call
             return original_conv2d(x, w, b, stride, padding, dilation, groups)
+    if route.unseen is not None:
+        route.unseen.add(route.problem, 1)
     kind = route.kind
     if kind == "native":
         route.calls += 1
