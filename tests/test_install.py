@@ -42,6 +42,8 @@ def test_the_wheel_carries_the_shipped_model_and_suites(installed):
     for name in ("model.txt", "manifest.json", "catalogue.parquet"):
         assert (shipped / "models" / "h200-cudnn91900" / name).is_file()
     assert (shipped / "suites" / "resnet50.csv").is_file()
+    # the compiled path's sources, for `algosel build-ext` from an installed package
+    assert (installed / "algosel" / "runtime" / "_ext" / "conv_ext.cpp").is_file()
 
 
 def test_an_installed_algosel_predicts_from_anywhere(installed, tmp_path):
