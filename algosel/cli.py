@@ -6,8 +6,10 @@ import argparse
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,8 +20,58 @@ class CliError(Exception):
     """A user error: printed as one line, exit status 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a subcommand's usage errors on one line (``algosel <command> --help`` has the usage); a
+    missing or unknown command still shows the usage, which lists the commands."""
+
+    def error(self, message: str):  # type: ignore[override]
+        if " " not in self.prog:  # the top-level parser
+            super().error(message)
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def _csv_list(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _integer(minimum: int, what: str):
+    """An argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _gpus(text: str) -> str:
+    if text == "all":
+        return text
+    try:
+        if int(text) >= 1:
+            return str(int(text))
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected 'all' or a number of GPUs >= 1, got {text!r}")
+
+
+_COUNT = _integer(0, "an integer >= 0")
+_POSITIVE = _integer(1, "an integer >= 1")
 
 
 # ------------------------------------------------------------------------------------------------- sweep
@@ -113,13 +165,16 @@ def cmd_sweep(args) -> int:
         resume_from=args.resume_from,
         time_budget_s=args.time_budget_s,
         progress=not args.no_progress,
+        retry_crashed=args.retry_crashed,
     )
     print(
         f"shard {args.shard}: measured {report.measured} cases, {report.skipped_done} already recorded, "
         f"{report.skipped_crashed} skipped after crashes, {report.left_for_later} left for a later run"
         + (f"; wrote {report.part}" if report.part else "")
+        + (f"; stopped by {signal.Signals(report.interrupted).name}" if report.interrupted else "")
     )
-    return 0
+    # A signal's conventional exit status (130 for SIGINT, 143 for SIGTERM), so that schedulers see the stop.
+    return 128 + report.interrupted if report.interrupted else 0
 
 
 def _launch_per_gpu(args) -> int:
@@ -130,15 +185,39 @@ def _launch_per_gpu(args) -> int:
     count = visible if args.gpus == "all" else int(args.gpus)
     if count < 1 or count > visible:
         raise CliError(f"--gpus {args.gpus}: {visible} GPU(s) visible")
-    argv = list(args.argv)
-    i = argv.index("--gpus")
-    del argv[i : i + 2]
+    argv = []  # the command line without --gpus (as `--gpus N` or `--gpus=N`)
+    skip = False
+    for a in args.argv:
+        if skip or a.startswith("--gpus="):
+            skip = False
+            continue
+        if a == "--gpus":
+            skip = True
+            continue
+        argv.append(a)
     procs = []
-    for g in range(count):
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(g))
-        procs.append(subprocess.Popen([sys.executable, "-m", "algosel", *argv, "--shard", f"{g}/{count}"], env=env))
-    codes = [p.wait() for p in procs]
-    return max(codes)
+    stopped: list[int] = []
+
+    def forward(signum, _frame):  # a stop of this process stops every shard, each cleanly (see run_sweep)
+        stopped.append(signum)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for g in range(count):
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(g))
+            cmd = [sys.executable, "-m", "algosel", *argv, "--shard", f"{g}/{count}"]
+            procs.append(subprocess.Popen(cmd, env=env))
+        codes = [p.wait() for p in procs]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stopped:
+        return 128 + stopped[0]
+    # A shard killed by a signal has a negative code: report it as the shell would (128 + signal).
+    return max(128 - c if c < 0 else c for c in codes)
 
 
 # --------------------------------------------------------------------------------------------- summarize
@@ -251,6 +330,7 @@ def cmd_train(args) -> int:
         folds=args.folds,
         progress=not args.no_progress,
         name=args.name,
+        force=args.force,
     )
     best = next(row for row in summary["tuning"] if row.get("chosen", True))
     print(
@@ -266,6 +346,8 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():  # before the seconds of importing
+        raise CliError(f"--out {args.out}: exists and is not a directory")
     from algosel.study.evaluation import run_evaluation  # noqa: PLC0415
 
     if args.compare_model and not args.layers:
@@ -275,7 +357,9 @@ def cmd_evaluate(args) -> int:
 
         for path in args.layers:
             load_layers(path)
-    text = run_evaluation(args.model, args.data, args.out, lono=not args.no_lono, progress=not args.no_progress)
+    text = run_evaluation(
+        args.model, args.data, args.out, lono=not args.no_lono, progress=not args.no_progress, force=args.force
+    )
     if args.layers:
         from algosel.study.evaluation import run_layers_evaluation  # noqa: PLC0415
 
@@ -286,47 +370,66 @@ def cmd_evaluate(args) -> int:
 
 def cmd_predict(args) -> int:
     from algosel.problem import ConvProblem  # noqa: PLC0415
-    from algosel.runtime.api import predict  # noqa: PLC0415
 
+    given = [f"--{f.replace('_', '-')}" for f in _PROBLEM_OPTIONS if getattr(args, f) is not None]
     if args.key:
+        if given:  # the key gives every field: another value would be silently ignored
+            raise CliError(f"--key gives the whole problem; {given[0]} conflicts with it (give one or the other)")
         problem = ConvProblem.from_key(args.key)
     else:
         fields = {f: getattr(args, f) for f in ("n", "c", "k", "h", "w", "r", "s")}
         missing = [f for f, v in fields.items() if v is None]
         if missing:
             raise CliError(f"give --key or all of --n --c --k --h --w --r --s (missing: --{missing[0]})")
+        pad, stride, dilation = args.pad or [0], args.stride or [1], args.dilation or [1]
         problem = ConvProblem(
             **fields,
-            pad_h=args.pad[0],
-            pad_w=args.pad[-1],
-            stride_h=args.stride[0],
-            stride_w=args.stride[-1],
-            dilation_h=args.dilation[0],
-            dilation_w=args.dilation[-1],
-            groups=args.groups,
-            dtype=args.dtype,
-            layout=args.layout,
-            direction=args.direction,
+            pad_h=pad[0],
+            pad_w=pad[-1],
+            stride_h=stride[0],
+            stride_w=stride[-1],
+            dilation_h=dilation[0],
+            dilation_w=dilation[-1],
+            groups=1 if args.groups is None else args.groups,
+            dtype=args.dtype or "float32",
+            layout=args.layout or "nchw",
+            direction=args.direction or "fwd",
         )
-    choices = predict(
-        problem,
-        model=args.model,
-        max_workspace_bytes=args.max_workspace_bytes,
-        deterministic=args.deterministic,
-        top_k=args.top_k,
-        live=False if args.offline else None,
-        force=args.force,
-        space=args.space,
-    )
+    # The problem is checked above, before the seconds of importing the model's libraries.
+    from algosel.learn.selector import ExtrapolationWarning  # noqa: PLC0415
+    from algosel.runtime.api import predict  # noqa: PLC0415
+
+    with warnings.catch_warnings():
+        # Said below, on one line, instead of as a Python warning.
+        warnings.simplefilter("ignore", ExtrapolationWarning)
+        choices = predict(
+            problem,
+            model=args.model,
+            max_workspace_bytes=args.max_workspace_bytes,
+            deterministic=args.deterministic,
+            top_k=args.top_k,
+            live=False if args.offline else None,
+            force=args.force,
+            space=args.space,
+        )
+    if choices and choices[0].extrapolated:
+        print(f"algosel predict: warning: extrapolated: {choices[0].extrapolation}", file=sys.stderr)
     if args.json:
         print(json.dumps({"problem": problem.key, "choices": [c.__dict__ for c in choices]}, indent=2))
         return 0
     print(problem.key)
+    if choices and choices[0].extrapolated:
+        print(f"  extrapolated: {choices[0].extrapolation}")
     for i, c in enumerate(choices, 1):
         ws = "?" if c.workspace_bytes is None else c.workspace_bytes
         algo = f"  {c.cudnn_algo} ({c.engine_id}) with {c.cudnn_math_type}" if c.cudnn_algo else ""
         print(f"  {i}. {c.candidate_id}  score {c.score:.3f}  workspace {ws} bytes  ({c.source}){algo}")
     return 0
+
+
+#: The options of ``algosel predict`` that give one field of the problem (a --key gives them all).
+_PROBLEM_OPTIONS = ("n", "c", "k", "h", "w", "r", "s", "pad", "stride", "dilation", "groups", "dtype", "layout",
+                    "direction")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ runtime
@@ -381,20 +484,23 @@ def _cache_environment(folder: Path) -> dict | None:
 
 # ------------------------------------------------------------------------------------------- analyze-log
 def cmd_analyze_log(args) -> int:
-    import pandas as pd  # noqa: PLC0415
-
-    from algosel.learn.artifact import SelectorError  # noqa: PLC0415
-    from algosel.learn.models import load_default  # noqa: PLC0415
-    from algosel.learn.selector import Selector  # noqa: PLC0415
-    from algosel.records import load_records  # noqa: PLC0415
     from algosel.study.logs import LogError, analyze, conv_calls, parse_log, summary  # noqa: PLC0415
 
+    if args.csv and Path(args.csv).is_dir():
+        raise CliError(f"--csv {args.csv}: is a directory")
     try:
         calls = conv_calls(parse_log(args.log))
     except LogError as exc:
         raise CliError(str(exc)) from None
     if not calls:
         raise CliError(f"{args.log}: the log shows no convolution call (cudnnConvolution* or a conv graph)")
+    import pandas as pd  # noqa: PLC0415
+
+    from algosel.learn.artifact import SelectorError  # noqa: PLC0415
+    from algosel.learn.models import load_default  # noqa: PLC0415
+    from algosel.learn.selector import Selector  # noqa: PLC0415
+    from algosel.records import load_records  # noqa: PLC0415
+
     selectors = {}
     for api, space, path in (("graph", "cudnn", args.model), ("legacy", "legacy", args.legacy_model)):
         try:
@@ -411,7 +517,9 @@ def cmd_analyze_log(args) -> int:
     measured = _measure_unrecorded(calls, records) if args.measure else None
     table = analyze(calls, records, selectors, measured)
     if args.csv:
-        table.to_csv(args.csv, index=False)
+        from algosel.files import write_text  # noqa: PLC0415
+
+        write_text(args.csv, table.to_csv(index=False))
     cols = ["first_line", "calls", "api", "problem", "chosen", "chosen_ms", "algosel_pick", "algosel_ms",
             "best_same_api_ms", "best_ms", "lost_ms", "note"]  # fmt: skip
     with pd.option_context("display.max_colwidth", 80, "display.width", 250, "display.float_format", "{:.4f}".format):
@@ -457,17 +565,17 @@ def _pair(text: str) -> list[int]:
 
 # ------------------------------------------------------------------------------------------------ parser
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="algosel", description="Convolution algorithm selection for NVIDIA GPUs.")
+    parser = _Parser(prog="algosel", description="Convolution algorithm selection for NVIDIA GPUs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("sweep", help="measure every candidate on a grid of shapes and network suites (GPU)")
     p.add_argument("--out", required=True, help="dataset directory to write record parts into")
     p.add_argument("--resume-from", action="append", default=[], help="dataset whose cases are skipped")
-    p.add_argument("--grid", type=int, default=0, help="number of grid shapes (0: none)")
+    p.add_argument("--grid", type=_COUNT, default=0, help="number of grid shapes (0: none)")
     p.add_argument("--seed", type=int, default=0, help="grid and operand seed")
-    p.add_argument("--max-flops", type=float, default=5e10, help="largest grid problem, in FLOPs")
-    p.add_argument("--max-operand-bytes", type=int, default=256 << 20, help="largest grid problem's x + w + y")
+    p.add_argument("--max-flops", type=_positive_float, default=5e10, help="largest grid problem, in FLOPs")
+    p.add_argument("--max-operand-bytes", type=_POSITIVE, default=256 << 20, help="largest grid problem's x + w + y")
     p.add_argument(
         "--suites", default=None, help="comma-separated suites, 'all' or 'none' (default: all; none with --layers)"
     )
@@ -479,37 +587,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid-layouts", default=None, help="layouts of the grid's problems (default: --layouts)")
     p.add_argument("--spaces", default="gemm,pytorch,cudnn", help="candidate spaces, measured in this order")
     p.add_argument("--shard", default="0/1", help="i/n: measure one of n disjoint shares of the cases")
-    p.add_argument("--gpus", default=None, help="'all' or a count: one process (and shard) per GPU")
-    p.add_argument("--time-budget-s", type=float, default=None, help="stop starting cases after this long")
-    p.add_argument("--budget-ms", type=float, default=10.0, help="device time per candidate for repeats")
-    p.add_argument("--workspace-limit-bytes", type=int, default=8 << 30)
-    p.add_argument("--limit", type=int, default=0, help="only the first N cases (a tiny sweep)")
+    p.add_argument("--gpus", type=_gpus, default=None, help="'all' or a count: one process (and shard) per GPU")
+    p.add_argument("--time-budget-s", type=_positive_float, default=None, help="stop starting cases after this long")
+    p.add_argument("--budget-ms", type=_positive_float, default=10.0, help="device time per candidate for repeats")
+    p.add_argument("--workspace-limit-bytes", type=_COUNT, default=8 << 30)
+    p.add_argument("--limit", type=_COUNT, default=0, help="only the first N cases (a tiny sweep)")
+    p.add_argument("--retry-crashed", action="store_true", help="try again cases that ended the process twice")
     p.add_argument("--dry-run", action="store_true", help="print the number of cases and stop")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("summarize", help="compare cuDNN's heuristics and PyTorch's default with the best")
     p.add_argument("data", nargs="+", help="dataset directories or part files")
-    p.add_argument("--worst", type=int, default=10, help="worst cases listed per selector")
+    p.add_argument("--worst", type=_COUNT, default=10, help="worst cases listed per selector")
     p.set_defaults(func=cmd_summarize)
 
     p = sub.add_parser("env", help="print the environment record of this GPU")
     p.set_defaults(func=cmd_env)
 
     p = sub.add_parser("grid", help="print the shapes of the seeded grid")
-    p.add_argument("--count", type=int, default=400)
+    p.add_argument("--count", type=_COUNT, default=400)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-flops", type=float, default=5e10)
-    p.add_argument("--max-operand-bytes", type=int, default=256 << 20)
+    p.add_argument("--max-flops", type=_positive_float, default=5e10)
+    p.add_argument("--max-operand-bytes", type=_POSITIVE, default=256 << 20)
     p.set_defaults(func=cmd_grid)
 
     p = sub.add_parser("train", help="tune and fit a selector on sweep records; save it under models/")
     p.add_argument("data", nargs="+", help="dataset directories or part files")
     p.add_argument("--models", default="models", help="directory that receives <gpu>-cudnn<version>/")
     p.add_argument("--name", default=None, help="model directory name (default: from the records' environment)")
-    p.add_argument("--folds", type=int, default=3, help="cross-validation folds for tuning")
-    p.add_argument("--n-estimators", type=int, default=300)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--folds", type=_integer(2, "an integer >= 2"), default=3, help="cross-validation folds for tuning")
+    p.add_argument("--n-estimators", type=_POSITIVE, default=300)
+    p.add_argument("--threads", type=_POSITIVE, default=2, help="LightGBM threads (one on small records)")
+    p.add_argument("--force", action="store_true", help="replace an existing model directory of that name")
     p.add_argument("--quick", action="store_true", help="skip tuning: LambdaRank with default parameters")
     p.add_argument(
         "--params-from",
@@ -525,6 +635,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", nargs="+", required=True, help="the records the model was trained and tested on")
     p.add_argument("--out", default=None, help="directory for the report files (default: reports/<model name>)")
     p.add_argument("--no-lono", action="store_true", help="skip leave-one-network-out (it retrains per network)")
+    p.add_argument("--force", action="store_true", help="score a model made for another GPU or cuDNN than the records")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
         "--layers", action="append", default=[], metavar="FILE.csv", help="also judge the model on these layers"
@@ -534,19 +645,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="rank the candidates for one convolution")
     p.add_argument("--key", help="a problem key (as printed by `algosel grid`, plus _dtype_layout_direction)")
+    # No defaults here: a field given with --key is refused, so "given" must be told from "defaulted".
     for f in ("n", "c", "k", "h", "w", "r", "s"):
         p.add_argument(f"--{f}", type=int)
-    p.add_argument("--pad", type=_pair, default=[0], help="p or ph,pw")
-    p.add_argument("--stride", type=_pair, default=[1], help="u or uh,uw")
-    p.add_argument("--dilation", type=_pair, default=[1], help="d or dh,dw")
-    p.add_argument("--groups", type=int, default=1)
-    p.add_argument("--dtype", default="float32", help=f"one of {', '.join(DTYPES)}")
-    p.add_argument("--layout", default="nchw", help=f"one of {', '.join(LAYOUTS)}")
-    p.add_argument("--direction", default="fwd", help="fwd, bwd_data or bwd_filter")
+    p.add_argument("--pad", type=_pair, default=None, help="p or ph,pw (default 0)")
+    p.add_argument("--stride", type=_pair, default=None, help="u or uh,uw (default 1)")
+    p.add_argument("--dilation", type=_pair, default=None, help="d or dh,dw (default 1)")
+    p.add_argument("--groups", type=int, default=None, help="(default 1)")
+    p.add_argument("--dtype", default=None, help=f"one of {', '.join(DTYPES)} (default float32)")
+    p.add_argument("--layout", default=None, help=f"one of {', '.join(LAYOUTS)} (default nchw)")
+    p.add_argument("--direction", default=None, help="fwd, bwd_data or bwd_filter (default fwd)")
     p.add_argument("--model", default=None, help="model directory (default: the shipped one for this GPU)")
-    p.add_argument("--max-workspace-bytes", type=int, default=None)
+    p.add_argument("--max-workspace-bytes", type=_COUNT, default=None)
     p.add_argument("--deterministic", action="store_true")
-    p.add_argument("--top-k", type=int, default=3)
+    p.add_argument("--top-k", type=_POSITIVE, default=3)
     p.add_argument("--offline", action="store_true", help="never enumerate cuDNN live, even with a GPU")
     p.add_argument("--force", action="store_true", help="use a model made for another GPU or cuDNN")
     p.add_argument("--json", action="store_true")
@@ -613,6 +725,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # OpenMP threads that wait by spinning collapse on a machine whose cores are busy: LightGBM's fit of the full
+    # H200 records on 2 threads took 407 s so, 67 s with passive waiting, 60 s on one thread. libgomp reads this
+    # when it is loaded, which the commands do later (LightGBM, torch); a value the user set is kept.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
@@ -626,3 +742,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # validation errors of the library name the field and value
         print(f"algosel {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside a sweep's case: nothing half-written (every write is atomic)
+        print(f"algosel {args.command}: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT

@@ -320,3 +320,31 @@ def test_report_builds_from_the_shipped_records_and_model(tmp_path) -> None:
     assert "Legacy API" in index.read_text()
     for png in [*(tmp_path / "main").glob("*.png"), tmp_path / "legacy" / "legacy.png"]:
         assert imread(png).shape[0] > 200, png
+
+
+def test_worst_case_tables_fit_a_1280_px_window(with_model) -> None:
+    """Problem keys and candidate ids (up to ~80 characters without a space) ran the worst-case tables off the
+    right edge of a 1280-px window, hiding the best candidate and its time. Each worst-case table now has a fixed
+    layout at the width of the page, column widths that sum to 100%, and ids broken anywhere: whatever its content,
+    the table is as wide as the page, never wider."""
+    import re
+
+    from algosel.study.report import WORST_COLUMN_WIDTHS
+
+    page = with_model.read_text(encoding="utf-8")
+    style = page[page.index("<style>") : page.index("</style>")]
+    assert re.search(r"table\.worst \{ table-layout: fixed; width: 100%; \}", style)
+    assert re.search(r"table\.worst td, table\.worst th \{[^}]*word-break: break-all", style)
+    assert "nowrap" not in style
+    tables = re.findall(r'<table[^>]*class="dataframe worst"[^>]*>(.*?)</table>', page, re.S)
+    assert tables, "the page has worst-case tables"
+    for table in tables:
+        widths = [float(w) for w in re.findall(r'<col style="width: ([\d.]+)%">', table)]
+        header = re.findall(r"<th>(.*?)</th>", table.split("</thead>")[0])
+        assert header == list(WORST_COLUMN_WIDTHS)
+        assert len(widths) == len(header) and sum(widths) == pytest.approx(100)
+        # Every long cell (a key or an id) lies in a column given at least a fifth of the page.
+        for row in re.findall(r"<tr>(.*?)</tr>", table.split("</thead>")[1], re.S):
+            cells = re.findall(r"<td>(.*?)</td>", row, re.S)
+            for text, width in zip(cells, widths):
+                assert len(text) <= 12 or width >= 10, (text, width)

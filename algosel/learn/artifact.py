@@ -7,11 +7,19 @@ holds
 - ``manifest.json``: feature schema version, hyperparameters, data fingerprint, the environment the records came
   from, cross-validation and test scores, library versions, and the engine configs blocked for wrong results;
 - ``catalogue.parquet``: for every recorded problem, its candidates (ids, heuristic ranks, notes, workspace, status,
-  median time): :class:`~algosel.records.catalogue.Catalogue`.
+  median time): :class:`~algosel.records.catalogue.Catalogue`;
+- whatever reports were saved with it (``algosel train`` adds ``tuning.csv``, ``test_report.csv``, ``README.md``).
+
+A directory is written as a whole (:func:`algosel.files.atomic_directory`: filled under a temporary name, then
+renamed), and its manifest's ``files`` records the size and SHA-256 of every other file. Loading checks the files it
+reads against them before LightGBM or pyarrow sees a byte: a truncated ``model.txt`` (an interrupted copy) is a
+one-line :class:`SelectorError` naming the file, never a crash inside LightGBM.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +30,7 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
+from algosel.files import atomic_directory, describe_file, sha256_file
 from algosel.learn.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from algosel.learn.ranker import Ranker, RankerParams
 from algosel.records.catalogue import CATALOGUE_COLUMNS
@@ -30,6 +39,9 @@ from algosel.version import __version__
 MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE = "model.txt", "manifest.json", "catalogue.parquet"
 #: The spaces of a model whose manifest does not list them (schema-1 models made before the field existed).
 SPACES_DEFAULT = ("cudnn", "gemm", "pytorch")
+#: Lines every complete LightGBM text model holds, the last one near its end: a model saved before manifests listed
+#: their files is checked for them, so that a truncated one is refused before LightGBM parses it.
+_MODEL_MARKERS = (b"\nend of trees\n", b"\nend of parameters\n")
 
 
 class SelectorError(ValueError):
@@ -45,15 +57,45 @@ class Artifact:
     catalogue: pd.DataFrame
 
 
-def save_artifact(directory: str | Path, ranker: Ranker, manifest: Mapping[str, Any], catalogue: pd.DataFrame) -> Path:
+def save_artifact(
+    directory: str | Path,
+    ranker: Ranker,
+    manifest: Mapping[str, Any],
+    catalogue: pd.DataFrame,
+    extra_files: Mapping[str, str | bytes] | None = None,
+    replace: bool = False,
+) -> Path:
+    """Write a model directory as a whole: model, catalogue, ``extra_files`` (name -> content) and the manifest,
+    whose ``files`` records the size and SHA-256 of each other file.
+
+    ``directory`` must not exist unless ``replace``: then it is replaced as a whole, so that no file of the old
+    model survives beside the new one.
+
+    Raises
+    ------
+    SelectorError
+        For an unfitted ranker, or when ``directory`` exists and ``replace`` is false.
+    """
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     if ranker.booster_ is None:
         raise SelectorError("cannot save an unfitted ranker")
-    ranker.booster_.save_model(str(directory / MODEL_FILE))
-    (directory / MANIFEST_FILE).write_text(json.dumps(dict(manifest), indent=2, sort_keys=True, default=str) + "\n")
-    cols = [c for c in CATALOGUE_COLUMNS if c in catalogue]
-    catalogue[cols].to_parquet(directory / CATALOGUE_FILE, index=False)
+    reserved = {MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE}
+    for name in extra_files or {}:
+        if name in reserved or Path(name).name != name or name.startswith("."):
+            raise SelectorError(f"cannot save an extra file named {name!r} in a model directory")
+    try:
+        with atomic_directory(directory, replace=replace) as tmp:
+            (tmp / MODEL_FILE).write_text(ranker.booster_.model_to_string(), encoding="utf-8")
+            cols = [c for c in CATALOGUE_COLUMNS if c in catalogue]
+            catalogue[cols].to_parquet(tmp / CATALOGUE_FILE, index=False)
+            for name, content in (extra_files or {}).items():
+                data = content.encode("utf-8") if isinstance(content, str) else content
+                (tmp / name).write_bytes(data)
+            files = {p.name: describe_file(p) for p in sorted(tmp.iterdir())}
+            full = {**dict(manifest), "files": files}
+            (tmp / MANIFEST_FILE).write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n")
+    except FileExistsError:
+        raise SelectorError(f"{directory} exists; a model directory is never overwritten unless asked to") from None
     return directory
 
 
@@ -64,17 +106,71 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
         if not (directory / name).is_file():
             raise SelectorError(f"{directory}: not a model directory (missing {name})")
     try:
-        manifest = json.loads((directory / MANIFEST_FILE).read_text())
-    except json.JSONDecodeError as exc:
+        manifest = json.loads((directory / MANIFEST_FILE).read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SelectorError(f"{directory / MANIFEST_FILE}: corrupt manifest ({exc})") from exc
+    except OSError as exc:
+        raise SelectorError(f"{directory / MANIFEST_FILE}: unreadable ({exc.strerror or exc})") from None
+    if not isinstance(manifest, dict):
+        raise SelectorError(f"{directory / MANIFEST_FILE}: corrupt manifest (not a JSON object)")
     for field in ("feature_schema_version", "feature_names", "params", "environment"):
         if field not in manifest:
             raise SelectorError(f"{directory / MANIFEST_FILE}: manifest lacks {field!r}")
     return manifest
 
 
+def verified_bytes(directory: str | Path, manifest: Mapping[str, Any], name: str) -> bytes:
+    """The content of ``directory/name``, checked against the size and SHA-256 the manifest's ``files`` records.
+
+    A model saved before manifests listed their files has its ``model.txt`` checked for the lines that end every
+    complete LightGBM model instead.
+
+    Raises
+    ------
+    SelectorError
+        Naming the file, when it is missing, unreadable, or differs from what the manifest records.
+    """
+    path = Path(directory) / name
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SelectorError(f"{path}: unreadable ({exc.strerror or exc})") from None
+    files = manifest.get("files")
+    if files is None:
+        if name == MODEL_FILE and not all(marker in data for marker in _MODEL_MARKERS):
+            raise SelectorError(f"{path}: truncated LightGBM model (no 'end of trees' / 'end of parameters' line)")
+        return data
+    entry = files.get(name) if isinstance(files, dict) else None
+    if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int) or "sha256" not in entry:
+        raise SelectorError(f"{Path(directory) / MANIFEST_FILE}: records no size and sha256 of {name}")
+    if len(data) != entry["bytes"]:
+        raise SelectorError(
+            f"{path}: {len(data)} bytes, the manifest records {entry['bytes']} (truncated or replaced; restore the "
+            "model directory or retrain)"
+        )
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise SelectorError(f"{path}: content differs from the manifest's sha256 (damaged or replaced)")
+    return data
+
+
+def verify_directory(directory: str | Path) -> list[str]:
+    """Every file the manifest lists that is missing or differs from its recorded size and SHA-256 (empty: the
+    directory is as it was written). Loading checks only the files it reads (:func:`load_artifact`)."""
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    problems = []
+    for name, entry in sorted((manifest.get("files") or {}).items()):
+        path = directory / name
+        if not path.is_file():
+            problems.append(f"{path}: missing")
+        elif path.stat().st_size != entry.get("bytes") or sha256_file(path) != entry.get("sha256"):
+            problems.append(f"{path}: differs from the manifest")
+    return problems
+
+
 def load_artifact(directory: str | Path) -> Artifact:
-    """Read and check a model directory (schema, model file, catalogue); the environment is not checked here."""
+    """Read and check a model directory (schema, file hashes, model file, catalogue); the environment is not
+    checked here."""
     directory = Path(directory)
     manifest = read_manifest(directory)
     if manifest["feature_schema_version"] != FEATURE_SCHEMA_VERSION or manifest["feature_names"] != list(FEATURE_NAMES):
@@ -82,16 +178,19 @@ def load_artifact(directory: str | Path) -> Artifact:
             f"{directory}: trained on feature schema {manifest['feature_schema_version']}, this algosel builds "
             f"schema {FEATURE_SCHEMA_VERSION}; retrain with `algosel train`"
         )
+    # LightGBM and pyarrow parse the very bytes that were verified (no second read of the files).
+    model_text = verified_bytes(directory, manifest, MODEL_FILE)
+    catalogue_bytes = verified_bytes(directory, manifest, CATALOGUE_FILE)
     try:
-        booster = lgb.Booster(model_file=str(directory / MODEL_FILE))
-    except lgb.basic.LightGBMError as exc:
+        booster = lgb.Booster(model_str=model_text.decode("utf-8"))
+    except (lgb.basic.LightGBMError, UnicodeDecodeError) as exc:
         raise SelectorError(f"{directory / MODEL_FILE}: corrupt LightGBM model ({exc})") from exc
     if booster.num_feature() != len(FEATURE_NAMES):
         raise SelectorError(
             f"{directory / MODEL_FILE}: {booster.num_feature()} features, expected {len(FEATURE_NAMES)}"
         )
     try:
-        catalogue = pd.read_parquet(directory / CATALOGUE_FILE)
+        catalogue = pd.read_parquet(io.BytesIO(catalogue_bytes))
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a bad file
         raise SelectorError(f"{directory / CATALOGUE_FILE}: unreadable catalogue ({exc})") from exc
     params = RankerParams(**{k: v for k, v in manifest["params"].items() if k in RankerParams.__dataclass_fields__})

@@ -36,7 +36,12 @@ def model_dirs(models_root: str | Path | None = None, space: str = "cudnn") -> l
     if space not in MODEL_SPACES:
         raise ValueError(f"space must be {' or '.join(map(repr, MODEL_SPACES))}, got {space!r}")
     root = Path(models_root) if models_root else SHIPPED_MODELS
-    return sorted(d for d in root.glob("*") if (d / MANIFEST_FILE).is_file() and model_space(d) == space)
+    # Hidden names are directories being written (algosel.files.atomic_directory), or left by a killed write.
+    return sorted(
+        d
+        for d in root.glob("*")
+        if not d.name.startswith(".") and (d / MANIFEST_FILE).is_file() and model_space(d) == space
+    )
 
 
 def default_model_dir(models_root: str | Path | None = None, space: str = "cudnn") -> Path:

@@ -10,6 +10,11 @@ A model covers the candidate spaces of its records (manifest ``spaces``): ``cudn
 the engine-config selector, ``legacy`` for the legacy-algorithm selector that frameworks on the legacy API use.
 The files of a model directory are :mod:`algosel.learn.artifact`'s; finding the right one is
 :mod:`algosel.learn.models`'s.
+
+An answer for a problem outside what the model's records cover (a dtype or layout they lack, nothing of its kind
+recorded, a size far beyond the recorded ones: :meth:`Selector.coverage`) is still given, but says so: every
+:class:`Choice` of it has ``extrapolated`` set and the reason in ``extrapolation``, and the first such answer of a
+process warns (:class:`ExtrapolationWarning`).
 """
 
 from __future__ import annotations
@@ -57,6 +62,34 @@ class Choice:
     cudnn_math_type: str = ""
     #: Where ``algosel.predict(..., measure=k)`` timed it on this GPU: the median device time; else None.
     measured_time_ms: float | None = None
+    #: Whether the problem lies outside what the model's records cover (:meth:`Selector.coverage`), and why.
+    extrapolated: bool = False
+    extrapolation: str = ""
+
+
+#: A problem size (a field, or the FLOPs) more than this factor beyond the smallest or largest recorded one lies
+#: outside what a model covers: its answer is an extrapolation.
+EXTRAPOLATION_FACTOR = 2.0
+
+
+class ExtrapolationWarning(UserWarning):
+    """An answer for a problem outside what the model's records cover; warned once per process."""
+
+
+_extrapolation_warned = False
+
+
+def _warn_extrapolation(problem: ConvProblem, why: str) -> None:
+    global _extrapolation_warned  # noqa: PLW0603 - one warning per process, whatever the selector
+    if _extrapolation_warned:
+        return
+    _extrapolation_warned = True
+    warnings.warn(
+        f"algosel: {problem.key}: {why}; the model's answer is an extrapolation (Choice.extrapolated; "
+        "further ones are not warned about)",
+        ExtrapolationWarning,
+        stacklevel=5,  # the caller of algosel.predict (predict -> choose -> _rank -> here)
+    )
 
 
 def candidate_row(c: Candidate, workspace_bytes: int = -1) -> dict[str, Any]:
@@ -109,8 +142,14 @@ class Selector:
         self._hardware = hardware_vector(self.environment)
 
     # ------------------------------------------------------------------------------------------ persistence
-    def save(self, directory: str | Path) -> Path:
-        return save_artifact(directory, self.ranker, self.manifest, self.catalogue.frame)
+    def save(
+        self, directory: str | Path, replace: bool = False, extra_files: Mapping[str, str | bytes] | None = None
+    ) -> Path:
+        """Write the model directory as a whole (:func:`~algosel.learn.artifact.save_artifact`); an existing
+        ``directory`` is refused unless ``replace``."""
+        return save_artifact(
+            directory, self.ranker, self.manifest, self.catalogue.frame, extra_files=extra_files, replace=replace
+        )
 
     @classmethod
     def load(cls, directory: str | Path, force: bool = False) -> Selector:
@@ -176,6 +215,31 @@ class Selector:
         """Whether the records this model ships with measured ``problem`` itself."""
         return self.catalogue.is_recorded(problem)
 
+    def coverage(self, problem: ConvProblem, source: str = "") -> str:
+        """Why ``problem`` lies outside what the model's records cover; empty when it does not.
+
+        Outside: a dtype or layout the records lack (manifest ``dtypes``), no recorded problem of its kind
+        (``source`` ``"none"``), or a size (n, c, k, h, w, r, s, groups, FLOPs) more than
+        :data:`EXTRAPOLATION_FACTOR` beyond the smallest or largest recorded one. A recorded problem is covered.
+        """
+        if source == "records":
+            return ""
+        dtypes = self.manifest.get("dtypes") or sorted(self.catalogue.dtypes)
+        if problem.dtype not in dtypes:
+            return f"dtype {problem.dtype!r} is not among the model's records ({', '.join(dtypes)})"
+        if self.catalogue.layouts and problem.layout not in self.catalogue.layouts:
+            layouts = ", ".join(sorted(self.catalogue.layouts))
+            return f"layout {problem.layout!r} is not among the model's records ({layouts})"
+        if source == "none":
+            return "the records hold no problem of its kind (direction, dtype, layout, fully connected, pointwise)"
+        for name, (lo, hi) in self.catalogue.extent().items():
+            value = getattr(problem, name)
+            if value > EXTRAPOLATION_FACTOR * hi:
+                return f"{name}={value} is {value / hi:.3g}x the largest recorded {name} ({int(hi)})"
+            if value * EXTRAPOLATION_FACTOR < lo:
+                return f"{name}={value} is 1/{lo / value:.3g} of the smallest recorded {name} ({int(lo)})"
+        return ""
+
     def rank_rows(
         self, problem: ConvProblem, rows: list[dict[str, Any]], max_workspace_bytes: int | None = None
     ) -> list[Choice]:
@@ -209,6 +273,9 @@ class Selector:
         X = np.hstack([np.tile(problem_vector(problem), (n, 1)), matrix[positions], np.tile(self._hardware, (n, 1))])
         scores = self.ranker.score(X)
         order = np.argsort(-scores, kind="stable")[: max(1, top_k)]
+        why = self.coverage(problem, source)
+        if why:
+            _warn_extrapolation(problem, why)
         return [
             Choice(
                 candidate_id=rows[i]["candidate_id"],
@@ -219,6 +286,8 @@ class Selector:
                 workspace_bytes=None if rows[i]["workspace_bytes"] < 0 else int(rows[i]["workspace_bytes"]),
                 source=source,
                 **_legacy_names(problem, rows[i]),
+                extrapolated=bool(why),
+                extrapolation=why,
             )
             for i in order
         ]

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from algosel.files import write_text
 from algosel.problem import SHAPE_FIELDS, ConvProblem, same_padding
 from algosel.resources import shipped_path
 
@@ -559,8 +560,9 @@ def write_suites(directory: str | Path, names: Iterable[str] | None = None) -> l
     paths = []
     for name in selected:
         path = directory / f"{name}.csv"
-        # Explicit "\n" so the committed files are byte-identical whatever platform regenerates them.
-        extract_suite(name).to_csv(path, index=False, lineterminator="\n")
+        # Explicit "\n" so the committed files are byte-identical whatever platform regenerates them; written
+        # atomically, as every file algosel writes.
+        write_text(path, extract_suite(name).to_csv(index=False, lineterminator="\n"))
         paths.append(path)
     return paths
 

@@ -10,7 +10,11 @@ shape, and the runtime hook needs all three). For each problem it
    never a timing), then times it with the injected timer.
 
 :func:`run_sweep` drives the cases with resumption, sharding, a time budget and a progress bar; records go
-through a :class:`~algosel.records.Journal` so a killed sweep loses at most the case in flight.
+through a :class:`~algosel.records.Journal` so a killed sweep loses at most the case in flight. A case that ends
+the process (a crash inside a library) twice is skipped by later runs: ``inflight-<shard>.json`` counts the
+attempts, written atomically before and after every case. SIGINT and SIGTERM are not crashes: they stop the sweep
+between two statements of the case in flight, which is dropped and not counted, the journal is compacted, and the
+report says which signal stopped it (the command line exits with 128 + its number).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import functools
 import json
 import logging
 import math
+import signal
+import threading
 import time
 import zlib
 from collections.abc import Iterable, Sequence
@@ -29,6 +35,7 @@ from typing import Any
 
 import torch
 
+from algosel.files import write_text
 from algosel.measure.timing import Timer
 from algosel.operands import TOLERANCE, make_operands, math_mode, reference, relative_error
 from algosel.problem import ConvProblem
@@ -223,6 +230,74 @@ class SweepReport:
     skipped_crashed: int = 0
     left_for_later: int = 0
     part: Path | None = None
+    #: The signal (SIGINT, SIGTERM) that stopped the run early, or None.
+    interrupted: int | None = None
+
+
+class SweepInterrupted(Exception):
+    """Raised inside the case in flight by :func:`run_sweep`'s SIGINT / SIGTERM handler."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class _StopSignals:
+    """While installed, SIGINT and SIGTERM are recorded; inside :meth:`case` they also raise
+    :class:`SweepInterrupted`, so that the case in flight stops, and nowhere else (never half-way through writing
+    the journal or the in-flight counts)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._armed = False
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+        if self._armed:
+            self._armed = False  # once: a second signal during the unwinding must not raise again
+            raise SweepInterrupted(signum)
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def run_case(self, fn, *args):
+        """``fn(*args)``, interruptible by the signals (raises :class:`SweepInterrupted`)."""
+        if self.signum is not None:
+            raise SweepInterrupted(self.signum)
+        self._armed = True
+        try:
+            return fn(*args)
+        finally:
+            self._armed = False
+
+
+def read_inflight(path: Path) -> dict[str, int]:
+    """The attempt counts of cases that were in flight when a process ended (``{}`` without the file).
+
+    A file that is empty or not such counts (a process killed while an older algosel wrote it in place) is
+    a warning naming it, and is rewritten from scratch: losing the counts only means a crashing case is
+    tried again.
+    """
+    if not path.exists():
+        return {}
+    try:
+        counts = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(counts, dict) or not all(isinstance(k, str) and type(v) is int for k, v in counts.items()):
+            raise ValueError("not an object of case keys and attempt counts")
+    except (ValueError, OSError) as exc:
+        log.warning("%s: unreadable in-flight counts (%s); starting from none and rewriting it", path, exc)
+        return {}
+    return counts
 
 
 def run_sweep(
@@ -233,11 +308,15 @@ def run_sweep(
     resume_from: Iterable[str | Path] = (),
     time_budget_s: float | None = None,
     progress: bool = True,
+    retry_crashed: bool = False,
 ) -> SweepReport:
     """Measure the shard's cases not yet recorded in ``out_dir`` or ``resume_from``; see the module docstring.
 
     Stops starting new cases once the time budget would be exceeded (judged by the mean case time so far), and
-    compacts what it measured into ``out_dir/part-<time>-<shard>.parquet``.
+    compacts what it measured into ``out_dir/part-<time>-<shard>.parquet``. A SIGINT or SIGTERM stops it as the
+    module docstring says (``report.interrupted`` is the signal's number). ``retry_crashed`` forgets the attempt
+    counts, so that cases skipped after ending the process twice are tried again (a SIGKILL from outside, which no
+    process can tell from a crash, counts as one).
     """
     from tqdm.auto import tqdm  # noqa: PLC0415
 
@@ -245,44 +324,64 @@ def run_sweep(
     out_dir.mkdir(parents=True, exist_ok=True)
     tag = f"{shard[0]}of{shard[1]}"
     journal = Journal(out_dir / f"journal-{tag}.jsonl")
-    # Recover what a killed run of this shard left in its journal.
-    _, _, warnings = journal.read()
-    for w in warnings:
-        log.warning(w)
-    journal.compact(out_dir, f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{tag}-recovered")
-    inflight_path = out_dir / f"inflight-{tag}.json"
-    crashed: dict[str, int] = json.loads(inflight_path.read_text()) if inflight_path.exists() else {}
-
     report = SweepReport()
-    done = done_case_keys(out_dir, *resume_from)
-    mine = shard_cases(cases, shard)
-    todo = []
-    for c in mine:
-        if c.key in done:
-            report.skipped_done += 1
-        elif crashed.get(c.key, 0) >= 2:
-            log.warning("skipping %s: it ended the sweep process twice", c.key)
-            report.skipped_crashed += 1
-        else:
-            todo.append(c)
-    start = time.monotonic()
-    bar = tqdm(todo, desc=f"sweep {shard[0]}/{shard[1]}", unit="case", disable=not progress, position=shard[0])
-    for index, case in enumerate(bar):
-        elapsed = time.monotonic() - start
-        if time_budget_s is not None and index and elapsed + elapsed / index > time_budget_s:
-            report.left_for_later = len(todo) - index
-            break
-        # Count the attempt before starting: a case that kills the process is skipped after two attempts.
-        crashed[case.key] = crashed.get(case.key, 0) + 1
-        inflight_path.write_text(json.dumps(crashed))
-        rows = sweeper.measure_case(case)
-        journal.append(case.key, rows, sweeper.environment)
-        crashed.pop(case.key)
-        inflight_path.write_text(json.dumps(crashed))
-        report.measured += 1
-        bar.set_postfix_str(case.problem.shape_key[:40])
-    bar.close()
-    if not crashed:
-        inflight_path.unlink(missing_ok=True)
-    report.part = journal.compact(out_dir, f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{tag}")
+    with _StopSignals() as stop:
+        # Recover what a killed run of this shard left in its journal, minus the cases a part already holds (a
+        # run killed between writing its part and deleting its journal).
+        rows, _, warnings = journal.read()
+        for w in warnings:
+            log.warning(w)
+        in_parts = done_case_keys(out_dir)
+        journal.compact(out_dir, f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{tag}-recovered", skip_cases=in_parts)
+        inflight_path = out_dir / f"inflight-{tag}.json"
+        crashed = {} if retry_crashed else read_inflight(inflight_path)
+
+        done = in_parts | {r["case_key"] for r in rows} | done_case_keys(*resume_from)
+        mine = shard_cases(cases, shard)
+        todo = []
+        for c in mine:
+            if c.key in done:
+                report.skipped_done += 1
+            elif crashed.get(c.key, 0) >= 2:
+                log.warning("skipping %s: it ended the sweep process twice", c.key)
+                report.skipped_crashed += 1
+            else:
+                todo.append(c)
+        start = time.monotonic()
+        bar = tqdm(todo, desc=f"sweep {shard[0]}/{shard[1]}", unit="case", disable=not progress, position=shard[0])
+        try:
+            for index, case in enumerate(bar):
+                elapsed = time.monotonic() - start
+                if time_budget_s is not None and index and elapsed + elapsed / index > time_budget_s:
+                    report.left_for_later = len(todo) - index
+                    break
+                if stop.signum is not None:
+                    report.left_for_later = len(todo) - index
+                    break
+                # Count the attempt before starting: a case that kills the process is skipped after two attempts.
+                crashed[case.key] = crashed.get(case.key, 0) + 1
+                write_text(inflight_path, json.dumps(crashed))
+                try:
+                    rows = stop.run_case(sweeper.measure_case, case)
+                except SweepInterrupted:
+                    # Stopped on purpose, not a crash: the attempt does not count.
+                    crashed[case.key] -= 1
+                    if not crashed[case.key]:
+                        crashed.pop(case.key)
+                    write_text(inflight_path, json.dumps(crashed))
+                    report.left_for_later = len(todo) - index
+                    break
+                journal.append(case.key, rows, sweeper.environment)
+                crashed.pop(case.key)
+                write_text(inflight_path, json.dumps(crashed))
+                report.measured += 1
+                bar.set_postfix_str(case.problem.shape_key[:40])
+        finally:
+            bar.close()
+        report.interrupted = stop.signum
+        if not crashed:
+            inflight_path.unlink(missing_ok=True)
+        report.part = journal.compact(out_dir, f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{tag}")
+    if report.interrupted:
+        log.warning("sweep %s stopped by %s", tag, signal.Signals(report.interrupted).name)
     return report

@@ -22,6 +22,8 @@ from algosel.records.schema import CANDIDATE_COLUMNS
 CATALOGUE_COLUMNS: tuple[str, ...] = ("time_ms_median", "problem_key", *CANDIDATE_COLUMNS, "workspace_bytes", "status")
 #: Log-scaled fields that define "nearest" between problems of one kind.
 _NEAREST_FIELDS = ("n", "c", "k", "h", "w", "r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w", "groups")
+#: The sizes whose recorded range :meth:`Catalogue.extent` gives (``flops`` is the problem's, not a field).
+EXTENT_FIELDS = ("n", "c", "k", "h", "w", "r", "s", "groups", "flops")
 
 
 def problem_kind(p: ConvProblem) -> tuple:
@@ -51,9 +53,17 @@ class Catalogue:
         self._spans = {k: (int(a), int(b)) for k, a, b in zip(keys, starts, ends)}
         self._rows: dict[str, list[dict[str, Any]]] = {}
         buckets: dict[tuple, list[tuple[np.ndarray, str]]] = {}
+        sizes = []
         for key in self._spans:
             p = ConvProblem.from_key(key)
             buckets.setdefault(problem_kind(p), []).append((_position(p), key))
+            sizes.append([getattr(p, f) for f in EXTENT_FIELDS])
+        table = np.array(sizes, dtype=np.float64).reshape(-1, len(EXTENT_FIELDS))
+        lows, highs = (table.min(axis=0), table.max(axis=0)) if len(table) else ((), ())
+        self._extent = {f: (float(lo), float(hi)) for f, lo, hi in zip(EXTENT_FIELDS, lows, highs)}
+        #: The dtypes and layouts of the recorded problems.
+        self.dtypes = frozenset(kind[1] for kind in buckets)
+        self.layouts = frozenset(kind[2] for kind in buckets)
         self._nearest = {
             kind: (np.vstack([v for v, _ in items]), [k for _, k in items]) for kind, items in buckets.items()
         }
@@ -61,6 +71,11 @@ class Catalogue:
     @classmethod
     def from_records(cls, frame: pd.DataFrame, environment: Mapping[str, Any] | None = None) -> Catalogue:
         return cls(frame[list(CATALOGUE_COLUMNS)].copy(), environment)
+
+    def extent(self) -> dict[str, tuple[float, float]]:
+        """The smallest and largest recorded value of each of :data:`EXTENT_FIELDS` over every recorded problem
+        (empty for an empty catalogue)."""
+        return dict(self._extent)
 
     def __len__(self) -> int:
         return len(self._spans)

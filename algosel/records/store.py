@@ -6,16 +6,21 @@ temporary name, then renamed), so a reader never sees half a file.
 
 While a sweep runs, every finished case (one shape x dtype x layout, all directions) is appended as one JSON
 line to a journal and flushed; the journal is compacted into a part at the end of the run, or recovered at the
-start of the next one. A killed sweep therefore loses at most the case in flight.
+start of the next one. A killed sweep therefore loses at most the case in flight, and compaction skips the cases a
+part already holds, so a kill between writing the part and deleting the journal duplicates nothing.
+
+Records are checked for physical sense as they are read (:func:`read_part`): a known status, times > 0 where the
+status is ``ok``, workspace >= -1 (-1: unknown). A row that fails is a one-line :class:`RecordsError` naming the
+file and the column.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +28,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from algosel.files import atomic_path
 from algosel.records.schema import COLUMNS, SCHEMA, SCHEMA_VERSION
+from algosel.spaces import STATUSES
 
 _META_VERSION = b"algosel.schema_version"
 _META_ENVS = b"algosel.environments"
@@ -51,10 +58,42 @@ def write_part(path: str | Path, rows: list[dict[str, Any]], environments: Itera
     table = _table(rows).replace_schema_metadata(
         {_META_VERSION: str(SCHEMA_VERSION).encode(), _META_ENVS: json.dumps(list(envs.values())).encode()}
     )
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
     return path
+
+
+#: Time columns that must be positive and finite where the status is ``ok``.
+_OK_TIME_COLUMNS = ("time_ms_median", "time_ms_min", "time_ms_p25", "time_ms_p75")
+
+
+def _first_bad(frame: pd.DataFrame, bad: pd.Series, column: str) -> str:
+    row = frame[bad].iloc[0]
+    return f"{int(bad.sum())} row(s), the first {row['problem_key']} / {row['candidate_id']} with {row[column]!r}"
+
+
+def check_physical(frame: pd.DataFrame, path: str | Path) -> None:
+    """Raise :class:`RecordsError` naming ``path`` and the column for rows that make no physical sense: an unknown
+    status, a time that is not positive and finite where the status is ``ok``, a workspace below -1."""
+    unknown = ~frame["status"].isin(STATUSES)
+    if unknown.any():
+        raise RecordsError(
+            f"{path}: column status: unknown status in {_first_bad(frame, unknown, 'status')} "
+            f"(known: {', '.join(STATUSES)})"
+        )
+    ok = frame["status"] == "ok"
+    for column in _OK_TIME_COLUMNS:
+        t = frame[column]
+        bad = ok & ~((t > 0) & (t < math.inf))
+        if bad.any():
+            raise RecordsError(
+                f"{path}: column {column}: a time that is not positive and finite where status is 'ok', in "
+                f"{_first_bad(frame, bad, column)}"
+            )
+    bad = frame["workspace_bytes"] < -1
+    if bad.any():
+        first = _first_bad(frame, bad, "workspace_bytes")
+        raise RecordsError(f"{path}: column workspace_bytes: below -1 (-1 means unknown) in {first}")
 
 
 def read_part(path: str | Path) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]]:
@@ -91,6 +130,7 @@ def read_part(path: str | Path) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]
     unknown = set(frame["env_id"].unique()) - set(envs)
     if unknown:
         raise RecordsError(f"{path}: rows refer to environments not in the file: {', '.join(sorted(unknown))}")
+    check_physical(frame, path)
     return frame, envs
 
 
@@ -157,10 +197,12 @@ class Journal:
                 envs[env["env_id"]] = env
         return rows, envs, warnings
 
-    def compact(self, directory: str | Path, name: str) -> Path | None:
+    def compact(self, directory: str | Path, name: str, skip_cases: Collection[str] = ()) -> Path | None:
         """Move the journal's rows into ``directory/part-<name>.parquet`` (atomically; ``part-<name>-2.parquet``
-        and so on if that exists) and delete it."""
+        and so on if that exists) and delete it. Rows of cases in ``skip_cases`` (already in a part: a run killed
+        after writing the part, before deleting the journal) are dropped."""
         rows, envs, _ = self.read()
+        rows = [r for r in rows if r["case_key"] not in skip_cases]
         if not rows:
             self.path.unlink(missing_ok=True)
             return None
@@ -168,7 +210,8 @@ class Journal:
         while out.exists():  # never replace an earlier part: two runs within one second get the same name
             suffix += 1
             out = Path(directory) / f"part-{name}-{suffix}.parquet"
-        out = write_part(out, rows, envs.values())
+        used = {r["env_id"] for r in rows}
+        out = write_part(out, rows, [e for e in envs.values() if e["env_id"] in used])
         self.path.unlink()
         return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,41 @@ def _selector(model: str | Path | Selector | None, force: bool, space: str = "cu
 
 
 _FIELDS = {f.name for f in dataclasses.fields(ConvProblem)}
+
+
+def _is_int(value: Any) -> bool:
+    return not isinstance(value, bool) and hasattr(value, "__index__")
+
+
+def _check_arguments(problem, model, max_workspace_bytes, deterministic, top_k, live, force, measure) -> None:
+    """ValueErrors naming the argument and its value, before any model is loaded.
+
+    The usual values pass on ``type(...) is`` tests alone: a repeated prediction costs a few microseconds, and
+    these checks run on every one.
+    """
+    if problem is not None and type(problem) is not ConvProblem and not isinstance(problem, ConvProblem):
+        raise ValueError(
+            f"predict() takes a ConvProblem or its fields as keywords (n=, c=, ...), got {problem!r} "
+            f"({type(problem).__name__})"
+        )
+    if model is not None and type(model) is not str and not isinstance(model, (os.PathLike, Selector)):
+        raise ValueError(f"predict(model=...) must be a model directory or a Selector, got {model!r}")
+    if not (type(top_k) is int and top_k >= 1) and (not _is_int(top_k) or top_k < 1):
+        raise ValueError(f"predict(top_k=...) must be an integer >= 1, got {top_k!r}")
+    if max_workspace_bytes is not None and not (type(max_workspace_bytes) is int and max_workspace_bytes >= 0):
+        if not _is_int(max_workspace_bytes) or max_workspace_bytes < 0:
+            raise ValueError(
+                f"predict(max_workspace_bytes=...) must be None or an integer number of bytes >= 0, got "
+                f"{max_workspace_bytes!r}"
+            )
+    if type(deterministic) is not bool:
+        raise ValueError(f"predict(deterministic=...) must be True or False, got {deterministic!r}")
+    if type(force) is not bool:
+        raise ValueError(f"predict(force=...) must be True or False, got {force!r}")
+    if live is not None and type(live) is not bool:
+        raise ValueError(f"predict(live=...) must be None, True or False, got {live!r}")
+    if measure != 0 and (not _is_int(measure) or measure < 0):
+        raise ValueError(f"measure must be a non-negative integer (candidates to time), got {measure!r}")
 
 
 def predict(
@@ -83,8 +119,10 @@ def predict(
     Raises
     ------
     ValueError
-        For a bad problem (naming the field and value) or when no candidate passes the filters.
+        For a bad problem or argument (naming the field or argument and its value) or when no candidate passes
+        the filters.
     """
+    _check_arguments(problem, model, max_workspace_bytes, deterministic, top_k, live, force, measure)
     if fields:
         unknown = sorted(set(fields) - _FIELDS)
         if unknown:
@@ -94,8 +132,6 @@ def predict(
         problem = problem.replace(**fields) if problem is not None else ConvProblem(**fields)
     elif problem is None:
         raise ValueError("predict() needs a ConvProblem or its fields as keywords (n=, c=, k=, h=, w=, r=, s=, ...)")
-    if top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
     if space not in MODEL_SPACES:
         raise ValueError(f"space must be {' or '.join(map(repr, MODEL_SPACES))}, got {space!r}")
     sel = _selector(model, force, space)
@@ -103,8 +139,10 @@ def predict(
         raise ValueError(f"the model {model} selects {sel.space} candidates, not {space}")
     if live is None:
         live = live_available(sel)
-    if isinstance(measure, bool) or not isinstance(measure, int) or measure < 0:
-        raise ValueError(f"measure must be a non-negative integer (candidates to time), got {measure!r}")
+    if type(top_k) is not int:  # a numpy integer: the memo keys on plain ints
+        top_k = int(top_k.__index__())
+    if max_workspace_bytes is not None and type(max_workspace_bytes) is not int:
+        max_workspace_bytes = int(max_workspace_bytes.__index__())
     if not measure:
         return sel.choose(problem, max_workspace_bytes, deterministic, top_k, live)  # memoised per arguments
     choices = sel.choose(problem, max_workspace_bytes, deterministic, max(top_k, measure), live)

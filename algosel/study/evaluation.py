@@ -11,6 +11,8 @@ from typing import Any
 
 import pandas as pd
 
+from algosel.files import write_text
+from algosel.learn.artifact import SelectorError
 from algosel.learn.evaluate import (
     SELECTORS,
     Prepared,
@@ -25,6 +27,7 @@ from algosel.learn.evaluate import (
 from algosel.learn.ranker import RankerParams, fingerprint
 from algosel.learn.selector import Selector
 from algosel.measure.suites import load_suites
+from algosel.records.environment import mismatches
 from algosel.records.store import load_records, main_environment
 
 
@@ -39,18 +42,40 @@ def format_comparison(comp: pd.DataFrame) -> str:
 
 
 def run_evaluation(
-    model_dir: str, data: list[str], out: str | None = None, lono: bool = True, progress: bool = True
+    model_dir: str,
+    data: list[str],
+    out: str | None = None,
+    lono: bool = True,
+    progress: bool = True,
+    force: bool = False,
 ) -> str:
     """``algosel evaluate``: the shipped model on its held-out shapes, and leave-one-network-out; returns the
-    text report and writes ``report.csv``, ``network_totals.csv`` and ``report.json``."""
+    text report and writes ``report.csv``, ``network_totals.csv`` and ``report.json`` (each atomically).
+
+    A model made for another GPU or cuDNN than the records' is refused (:class:`SelectorError`) unless ``force``:
+    its engine configs and their speeds are specific to both, so its scores there would mean nothing. ``out``
+    must be a directory (or not exist); both are checked before the records are read.
+    """
+    out_dir = Path(out) if out else Path("reports") / Path(model_dir).name
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {out_dir}: exists and is not a directory")
+    # force: the visible GPU (if any) does not matter here; the records' environment is compared below.
     sel = Selector.load(model_dir, force=True)
     frame, envs = load_records(*data)
-    frame, _ = main_environment(frame, envs)
+    frame, records_env = main_environment(frame, envs)
+    other = mismatches(sel.environment, records_env)
+    if other and not force:
+        raise SelectorError(
+            f"{model_dir} was trained for {sel.environment.get('gpu_name')} (cuDNN {sel.environment.get('cudnn')}) "
+            f"but the records are of {', '.join(other)}; pass --force to score it on them anyway"
+        )
     lines = [
         f"model {model_dir}: {sel.manifest['params']['objective']}, trained on "
         f"{sel.manifest.get('train_problems')} problems of {sel.environment.get('gpu_name')} "
         f"(cuDNN {sel.environment.get('cudnn')})"
     ]
+    if other:
+        lines.append(f"note: scored on records of another environment (--force): {', '.join(other)}")
     if fingerprint(frame) != sel.manifest.get("data_fingerprint"):
         lines.append(
             "note: these records differ from the model's training records; the held-out split is "
@@ -73,9 +98,8 @@ def run_evaluation(
     ]
     result: dict[str, Any] = {"test": comp.to_dict("records"), "test_problems": len(table)}
     # Not the model directory by default: its committed report must not be overwritten by a partial run.
-    out_dir = Path(out) if out else Path("reports") / Path(model_dir).name
     out_dir.mkdir(parents=True, exist_ok=True)
-    comp.to_csv(out_dir / "report.csv", index=False)
+    write_text(out_dir / "report.csv", comp.to_csv(index=False))
     if lono:
         suites = load_suites()
         params = RankerParams(
@@ -89,7 +113,7 @@ def run_evaluation(
         for network, part in picks.groupby("network"):
             tables[network] = with_pytorch_fallback(selector_table(frame, part.drop(columns="network")))
         totals = network_totals(tables, suites, sorted(frame["dtype"].unique()))
-        totals.to_csv(out_dir / "network_totals.csv", index=False)
+        write_text(out_dir / "network_totals.csv", totals.to_csv(index=False))
         shown = totals[["network", "size", "dtype", "best_ms", *[f"{s}_vs_best" for s in SELECTORS]]].round(3)
         lines += [
             "",
@@ -101,7 +125,7 @@ def run_evaluation(
             shown.to_string(index=False),
         ]
         result.update(lono=lono_comp.to_dict("records"), network_totals=totals.to_dict("records"))
-    (out_dir / "report.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    write_text(out_dir / "report.json", json.dumps(result, indent=1, default=float) + "\n")
     lines += ["", f"wrote {out_dir / 'report.csv'}, {out_dir / 'report.json'}"]
     return "\n".join(lines)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import math
 import re
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +90,18 @@ def _open(path: Path):
     return gzip.open(path, "rt", errors="replace") if gz else path.open(errors="replace")
 
 
+def _lines(fh, path: Path) -> Iterator[str]:
+    """The lines of an open log; a truncated or corrupt gzip stream is a :class:`LogError` naming the file."""
+    lineno = 0
+    try:
+        for lineno, line in enumerate(fh, 1):  # noqa: B007 - read in the except clause
+            yield line
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise LogError(f"{path}: truncated or corrupt gzip file after line {lineno} ({exc})") from None
+    except OSError as exc:
+        raise LogError(f"{path}: unreadable after line {lineno} ({exc.strerror or exc})") from None
+
+
 def parse_log(path: str | Path) -> Iterator[LogCall]:
     """The API calls of a cuDNN log (plain or gzipped), in order.
 
@@ -101,7 +114,7 @@ def parse_log(path: str | Path) -> Iterator[LogCall]:
     level = "I"
     stack: list[tuple[int, Field]] = []
     with _open(path) as fh:
-        for lineno, raw in enumerate(fh, 1):
+        for lineno, raw in enumerate(_lines(fh, path), 1):
             line = raw.rstrip("\n")
             if not line.strip():
                 continue  # blocks are separated by blank lines, but warning messages contain them too

@@ -304,6 +304,11 @@ table { border-collapse: collapse; font-size: 0.85em; margin: 0.4em 0 1em; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
 th { background: #f2f2f2; } table.worst td, table.worst th { text-align: left; font-weight: normal; }
 table.worst thead th { font-weight: 600; }
+/* The worst-case tables hold problem keys and candidate ids of up to ~80 characters: a fixed layout at the width of
+   the page, with long ids broken anywhere, keeps every column (the best candidate and its time included) inside a
+   1280-px window instead of running off its right edge. */
+table.worst { table-layout: fixed; width: 100%; }
+table.worst td, table.worst th { word-break: break-all; overflow-wrap: anywhere; white-space: normal; }
 .wide { overflow-x: auto; } .note { color: #555; font-size: 0.9em; }
 dl.meta { display: grid; grid-template-columns: max-content auto; gap: 2px 1em; font-size: 0.9em; }
 dl.meta dt { font-weight: 600; } dl.meta dd { margin: 0; }
@@ -337,6 +342,20 @@ def _totals_html(totals: pd.DataFrame, selectors: Sequence[str]) -> str:
     out = out.rename(columns={f"{s}_ms": f"{LABELS[s]} ms" for s in shown})
     out = out.rename(columns={f"{s}_vs_best": f"{LABELS[s]} / best" for s in shown})
     return out.to_html(index=False, float_format=lambda v: f"{v:.3f}", border=0)
+
+
+#: Column widths of a worst-case table (:func:`worst_cases` with the problem first), in % of the page width.
+WORST_COLUMN_WIDTHS = {"problem": 27, "ratio": 6, "source": 10, "chosen_candidate": 22, "chosen_time_ms": 6.5,
+                       "best_candidate": 22, "best_time_ms": 6.5}  # fmt: skip
+
+
+def _worst_html(cases: pd.DataFrame) -> str:
+    """A worst-case table with fixed column widths (see the ``table.worst`` style)."""
+    body = cases.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, classes="worst")
+    widths = [WORST_COLUMN_WIDTHS.get(c, 100 / len(cases.columns)) for c in cases.columns]
+    cols = "".join(f'<col style="width: {w:g}%">' for w in widths)
+    head, sep, rest = body.partition(">")  # after the opening <table ...> tag
+    return f"{head}{sep}<colgroup>{cols}</colgroup>{rest}"
 
 
 def _page(cmp: Comparison, data: list[str], model_dir: str | None, worst: int, figures: dict[str, str]) -> str:
@@ -424,8 +443,7 @@ def _page(cmp: Comparison, data: list[str], model_dir: str | None, worst: int, f
     for sel in selectors:
         cases = worst_cases(table, sel, worst)
         cases = cases.rename_axis("problem").reset_index()
-        body = cases.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, classes="worst")
-        parts += [f"<h3>{esc(LABELS[sel])}</h3>", f'<div class="wide">{body}</div>']
+        parts += [f"<h3>{esc(LABELS[sel])}</h3>", f'<div class="wide">{_worst_html(cases)}</div>']
     parts.append("<h2>Networks: fwd + bwd_data + bwd_filter of every conv call</h2>")
     baselines = [s for s in selectors if s != "model"]
     parts.append(
@@ -468,33 +486,37 @@ def build_report(
     :data:`DEFAULT_SELECTORS`); ``worst``: problems listed per selector. Errors are ValueErrors with one-line
     messages naming the bad value (see :func:`compare`).
     """
+    from algosel.files import atomic_path, write_text
+
     if isinstance(worst, bool) or not isinstance(worst, int) or worst < 1:
         raise ReportError(f"worst must be a positive integer, got {worst!r}")
     check_selectors(selectors, with_model=model_dir is not None)  # before any loading
-    cmp = compare(data_dir, model_dir, selectors)
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():  # before the seconds of loading, not after
+        raise ReportError(f"--out {out}: exists and is not a directory")
+    cmp = compare(data_dir, model_dir, selectors)
     out.mkdir(parents=True, exist_ok=True)
+
+    def save(fig: Figure, name: str) -> None:
+        with atomic_path(out / name) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+
     scope = "held-out problems" if cmp.held_out else "problems (all of the records)"
     figures = {"cdf": CDF_PNG, "whole": WHOLE_NETWORKS_PNG}
-    cdf_figure(cmp.table, cmp.selectors, f"{len(cmp.table):,} {scope}").savefig(out / CDF_PNG, dpi=110)
+    save(cdf_figure(cmp.table, cmp.selectors, f"{len(cmp.table):,} {scope}"), CDF_PNG)
     baselines = [s for s in cmp.selectors if s != "model"]
     if baselines:
-        network_figure(cmp.whole_networks, baselines, "whole networks, every recorded call").savefig(
-            out / WHOLE_NETWORKS_PNG, dpi=110
-        )
+        save(network_figure(cmp.whole_networks, baselines, "whole networks, every recorded call"), WHOLE_NETWORKS_PNG)
     if cmp.held_out_networks is not None:
         figures["held"] = HELD_OUT_NETWORKS_PNG
-        network_figure(cmp.held_out_networks, cmp.selectors, "calls of held-out shapes only").savefig(
-            out / HELD_OUT_NETWORKS_PNG, dpi=110
-        )
+        figure = network_figure(cmp.held_out_networks, cmp.selectors, "calls of held-out shapes only")
+        save(figure, HELD_OUT_NETWORKS_PNG)
     if "best_legacy" in cmp.table:
         figures["legacy"] = LEGACY_PNG
-        legacy_figure(cmp.table, "problems measured with both APIs").savefig(out / LEGACY_PNG, dpi=110)
+        save(legacy_figure(cmp.table, "problems measured with both APIs"), LEGACY_PNG)
     data = [str(data_dir)] if isinstance(data_dir, (str, Path)) else [str(d) for d in data_dir]
     page = _page(cmp, data, None if model_dir is None else str(model_dir), worst, figures)
-    index = out / "index.html"
-    index.write_text(page, encoding="utf-8")
-    return index
+    return write_text(out / "index.html", page)
 
 
 # ---------------------------------------------------------------------------------------------- command line

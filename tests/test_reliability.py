@@ -1,0 +1,644 @@
+"""Nothing a user does gets a segfault, a traceback, a hang or a silently wrong answer.
+
+Every case runs the command line as a user does, ``python -m algosel ...`` in a subprocess, and checks the exit
+status, that no signal ended the process, that stderr holds no traceback (and, for an error, exactly one line
+naming the bad value), and that the files the command must not write are unchanged (hashed before and after).
+The command lines run concurrently (one fixture, a thread pool), so that this module stays fast.
+
+Also here: a real sweep process on CPU (``tests/cpu_sweep.py``) killed with SIGKILL at random moments, stopped with
+SIGINT and SIGTERM, and restarted over damaged bookkeeping, losing and duplicating nothing; and ``algosel train``
+on tiny records, repeatedly, while every core is busy (it hung so).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, SLICE
+
+import algosel
+from algosel.files import atomic_directory, write_text
+from algosel.learn.artifact import CATALOGUE_FILE, MANIFEST_FILE, MODEL_FILE, SelectorError, verify_directory
+from algosel.learn.models import load_default
+from algosel.learn.selector import ExtrapolationWarning, Selector
+from algosel.learn.train import SMALL_DATA_ROWS, training_threads
+from algosel.problem import ConvProblem
+from algosel.records import RecordsError, load_records, read_part, write_part
+from algosel.records.store import part_paths
+
+SHIPPED = REPO / "models" / "h200-cudnn91900"
+LOGS = Path(__file__).resolve().parent / "fixtures" / "cudnn_logs"
+CPU_SWEEP = Path(__file__).resolve().parent / "cpu_sweep.py"
+#: A problem the shipped model's records hold.
+RECORDED = "n32_c64_k64_h56_w56_r3_s3_p1x1_u1x1_d1x1_g1_float16_nchw_fwd"
+FIELDS = ["--n", "32", "--c", "64", "--k", "64", "--h", "56", "--w", "56", "--r", "3", "--s", "3", "--pad", "1"]
+
+
+def _hashes(*roots: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``roots`` (files or directories; missing ones hash as absent)."""
+    out = {}
+    for root in roots:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for p in files:
+            out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+        if not root.exists():
+            out[str(root)] = "absent"
+    return out
+
+
+@dataclass
+class Row:
+    """One command line of the table: what it runs, and what it must and must not do."""
+
+    argv: list[str]
+    status: int = 2
+    #: Fragments the one-line error (status 2) or stdout (status 0) must hold.
+    says: tuple[str, ...] = ()
+    #: Files and directories the command must leave as they were.
+    unchanged: tuple[Path, ...] = ()
+    #: For status 0: a warning line stderr must hold (else stderr must be empty of lines but warnings).
+    warns: str = ""
+    cwd: Path = REPO
+    # filled in when run
+    before: dict[str, str] = field(default_factory=dict)
+    result: subprocess.CompletedProcess | None = None
+    seconds: float = 0.0
+
+
+def _run(row: Row) -> Row:
+    row.before = _hashes(*row.unchanged)
+    t0 = time.perf_counter()
+    row.result = subprocess.run(
+        [sys.executable, "-m", "algosel", *row.argv],
+        cwd=row.cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
+def _truncate(path: Path, fraction: float) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * fraction)])
+
+
+def _copy_model(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _first_shapes(frame, count: int):
+    keys = frame["problem_key"].map(lambda k: ConvProblem.from_key(k).shape_key)
+    return frame[keys.isin(sorted(keys.unique())[:count])]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, slice_model, slice_records) -> dict[str, Path]:
+    """Damaged and edge-case inputs, built once."""
+    root = tmp_path_factory.mktemp("inputs")
+    frame, envs = slice_records
+    paths: dict[str, Path] = {"root": root}
+    for pct in (10, 50):
+        model = _copy_model(SHIPPED, root / f"truncated-{pct}")
+        _truncate(model / MODEL_FILE, pct / 100)
+        paths[f"truncated-{pct}"] = model
+    other = _copy_model(slice_model[0], root / "other-gpu")
+    manifest = json.loads((other / MANIFEST_FILE).read_text())
+    manifest["environment"]["gpu_name"] = "NVIDIA B200"
+    (other / MANIFEST_FILE).write_text(json.dumps(manifest))
+    paths["other-gpu"] = other
+
+    negative = frame.copy()
+    ok = negative["status"] == "ok"
+    negative.loc[ok, "time_ms_median"] = -negative.loc[ok, "time_ms_median"]
+    paths["negative"] = write_part(root / "negative" / "part-neg.parquet", negative.to_dict("records"), envs.values())
+    paths["zero-rows"] = write_part(root / "zero" / "part-empty.parquet", [], envs.values())
+    one = frame[frame["problem_key"] == frame["problem_key"].iloc[0]]
+    paths["one-problem"] = write_part(root / "one" / "part-one.parquet", one.to_dict("records"), envs.values())
+    paths["tiny"] = write_part(root / "tiny" / "part-tiny.parquet", _first_shapes(frame, 8).to_dict("records"),
+                               envs.values())  # fmt: skip
+    bad_part = root / "corrupt-part" / "part-bad.parquet"
+    bad_part.parent.mkdir()
+    bad_part.write_bytes(b"PAR1 not really a parquet file")
+    paths["corrupt-part"] = bad_part
+
+    log = (LOGS / "pytorch.log.gz").read_bytes()
+    (root / "truncated.log.gz").write_bytes(log[: len(log) // 2])
+    paths["truncated-gz"] = root / "truncated.log.gz"
+    (root / "existing-file").write_text("keep me\n")
+    paths["existing-file"] = root / "existing-file"
+
+    # `algosel train` from a checkout's root: models/ holds the shipped model of the slice's GPU.
+    checkout = root / "checkout"
+    _copy_model(SHIPPED, checkout / "models" / SHIPPED.name)
+    paths["checkout"] = checkout
+    paths["slice-model"] = slice_model[0]
+    return paths
+
+
+def _rows(p: dict[str, Path]) -> dict[str, Row]:
+    out = p["root"] / "out"
+    return {
+        # A truncated model.txt (an interrupted copy): LightGBM segfaulted on it.
+        "predict-truncated-model-10%": Row(["predict", "--model", str(p["truncated-10"]), "--key", RECORDED],
+                                           says=("model.txt", "bytes"), unchanged=(p["truncated-10"],)),
+        # train from a checkout's root overwrote the shipped model.
+        "train-over-an-existing-model": Row(["train", str(SLICE), "--quick", "--no-progress"], cwd=p["checkout"],
+                                            says=("h200-cudnn91900 exists", "--force"), unchanged=(p["checkout"],)),
+        "train-0-row-part": Row(["train", str(p["zero-rows"]), "--models", str(out / "m0"), "--quick"],
+                                says=(str(p["zero-rows"]), "no records"), unchanged=(out / "m0",)),
+        "train-1-problem": Row(["train", str(p["one-problem"]), "--models", str(out / "m1"), "--quick"],
+                               says=(str(p["one-problem"]), "1 shape(s)", "give more records"),
+                               unchanged=(out / "m1",)),
+        "train-folds-0": Row(["train", str(SLICE), "--models", str(out / "mf"), "--folds", "0"],
+                             says=("--folds", "'0'"), unchanged=(out / "mf",)),
+        "train-folds-1": Row(["train", str(SLICE), "--models", str(out / "mf"), "--folds", "1"],
+                             says=("--folds", "'1'"), unchanged=(out / "mf",)),
+        "report-out-is-a-file": Row(["report", "--data", str(SLICE), "--out", str(p["existing-file"])],
+                                    says=("--out", str(p["existing-file"]), "not a directory"),
+                                    unchanged=(p["existing-file"],)),
+        "evaluate-out-is-a-file": Row(["evaluate", "--model", str(p["slice-model"]), "--data", str(SLICE), "--out",
+                                       str(p["existing-file"])],
+                                      says=("--out", "not a directory"), unchanged=(p["existing-file"],)),
+        "analyze-log-truncated-gz": Row(["analyze-log", str(p["truncated-gz"])],
+                                        says=(str(p["truncated-gz"]), "truncated or corrupt gzip"),
+                                        unchanged=(p["truncated-gz"],)),
+        "summarize-negative-times": Row(["summarize", str(p["negative"])],
+                                        says=(str(p["negative"]), "time_ms_median", "not positive"),
+                                        unchanged=(p["negative"],)),
+        "evaluate-model-of-another-gpu": Row(["evaluate", "--model", str(p["other-gpu"]), "--data", str(SLICE),
+                                              "--out", str(out / "eval-other"), "--no-lono"],
+                                             says=("NVIDIA B200", "--force"),
+                                             unchanged=(p["other-gpu"], out / "eval-other")),
+        "sweep-gpus-abc": Row(["sweep", "--out", str(out / "sw"), "--gpus", "abc"], says=("--gpus", "'abc'"),
+                              unchanged=(out / "sw",)),
+        "predict-key-and-n": Row(["predict", "--key", RECORDED, "--n", "99"], says=("--key", "--n")),
+        "predict-key-and-dtype": Row(["predict", "--key", RECORDED, "--dtype", "float32"], says=("--key", "--dtype")),
+        "predict-workspace-1GB": Row(["predict", "--key", RECORDED, "--max-workspace-bytes", "1GB"],
+                                     says=("--max-workspace-bytes", "'1GB'")),
+        "predict-top-k-0": Row(["predict", "--key", RECORDED, "--top-k", "0"], says=("--top-k", "'0'")),
+        # Answers outside what the model covers say so.
+        "predict-bfloat16": Row(["predict", *FIELDS, "--dtype", "bfloat16", "--offline"], status=0,
+                                says=("extrapolated: dtype 'bfloat16'",), warns="dtype 'bfloat16'"),
+        # Cases that already worked, so that they stay working.
+        "predict-recorded-problem": Row(["predict", "--key", RECORDED, "--offline"], status=0,
+                                        says=(RECORDED, "1. ", "(records)"), unchanged=(SHIPPED,)),
+        "predict-bad-field": Row(["predict", *FIELDS[:-2], "--pad", "-1"], says=("pad_h", "-1")),
+        "summarize-corrupt-part": Row(["summarize", str(p["corrupt-part"])],
+                                      says=(str(p["corrupt-part"]), "not a readable Parquet"),
+                                      unchanged=(p["corrupt-part"],)),
+        "sweep-bad-shard": Row(["sweep", "--out", str(out / "sw"), "--shard", "3/2", "--dry-run"],
+                               says=("--shard 3/2", "need 0 <= i < n"), unchanged=(out / "sw",)),
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ran(inputs) -> dict[str, Row]:
+    rows = _rows(inputs)
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        return dict(zip(rows, pool.map(_run, rows.values())))
+
+
+ROW_NAMES = list(_rows({k: Path("/unused") for k in (
+    "root", "truncated-10", "truncated-50", "other-gpu", "negative", "zero-rows", "one-problem", "tiny",
+    "corrupt-part", "truncated-gz", "existing-file", "checkout", "slice-model")}))  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ROW_NAMES)
+def test_command_line_row(ran: dict[str, Row], name: str) -> None:
+    row = ran[name]
+    res = row.result
+    assert res is not None
+    assert res.returncode >= 0, f"killed by signal {-res.returncode}: {res.stderr[-2000:]}"
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == row.status, (res.returncode, res.stdout[-2000:], res.stderr[-2000:])
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    command = row.argv[0]
+    if row.status == 2:
+        assert len(lines) == 1, res.stderr
+        assert lines[0].startswith(f"algosel {command}: error: "), lines[0]
+        for fragment in row.says:
+            assert fragment in lines[0], (fragment, lines[0])
+    else:
+        for fragment in row.says:
+            assert fragment in res.stdout, (fragment, res.stdout)
+        if row.warns:
+            assert len(lines) == 1 and lines[0].startswith(f"algosel {command}: warning: "), res.stderr
+            assert row.warns in lines[0]
+        else:
+            assert not lines, res.stderr
+    assert _hashes(*row.unchanged) == row.before, "a file it must not write changed"
+
+
+def test_errors_come_before_any_long_work(ran: dict[str, Row]) -> None:
+    """The errors that need no records or model are found while parsing: no library import, under a second of
+    CPU here; the slowest one that loads nothing big (report's --out) stays far below its 10 s of work."""
+    quick = ["sweep-gpus-abc", "predict-key-and-n", "predict-workspace-1GB", "predict-top-k-0", "train-folds-0"]
+    assert max(ran[n].seconds for n in quick) < ran["predict-recorded-problem"].seconds
+    assert ran["report-out-is-a-file"].seconds < ran["predict-recorded-problem"].seconds
+
+
+# --------------------------------------------------------------------------------------- the model directory
+@pytest.mark.parametrize("fraction", [0.1, 0.3, 0.5, 0.7, 0.9, 0.99, 0.9999])
+def test_a_truncated_shipped_model_is_refused_before_lightgbm_reads_it(tmp_path, fraction) -> None:
+    """What predict, evaluate and the hook load (load_default -> Selector.load): refused naming the file. Were
+    LightGBM to read the file, this test process would die of the segmentation fault."""
+    model = _copy_model(SHIPPED, tmp_path / SHIPPED.name)
+    _truncate(model / MODEL_FILE, fraction)
+    with pytest.raises(SelectorError, match=r"model\.txt: \d+ bytes, the manifest records 1399131"):
+        load_default(models_root=tmp_path)
+
+
+def test_evaluate_and_the_hook_refuse_a_truncated_model(inputs, tmp_path, monkeypatch) -> None:
+    """The other two loaders of the table's first row: ``algosel evaluate`` and the hook's default model."""
+    import algosel.learn.models
+    from algosel.runtime.hook import Executor
+    from algosel.study.evaluation import run_evaluation
+
+    with pytest.raises(SelectorError, match=r"model\.txt: \d+ bytes, the manifest records"):
+        run_evaluation(str(inputs["truncated-50"]), [str(SLICE)], str(tmp_path / "e"), lono=False, progress=False)
+    assert not (tmp_path / "e").exists()
+    shipped = tmp_path / "shipped"
+    shutil.copytree(inputs["truncated-50"], shipped / SHIPPED.name)
+    monkeypatch.setattr(algosel.learn.models, "SHIPPED_MODELS", shipped)
+    with pytest.raises(SelectorError, match=r"model\.txt: \d+ bytes, the manifest records"):
+        Executor()
+
+
+def test_a_damaged_catalogue_is_refused(tmp_path) -> None:
+    model = _copy_model(SHIPPED, tmp_path / "m")
+    data = bytearray((model / CATALOGUE_FILE).read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, other content
+    (model / CATALOGUE_FILE).write_bytes(bytes(data))
+    with pytest.raises(SelectorError, match=r"catalogue\.parquet: content differs from the manifest's sha256"):
+        Selector.load(model)
+    assert verify_directory(model) == [f"{model / CATALOGUE_FILE}: differs from the manifest"]
+
+
+def test_shipped_models_are_as_their_manifests_record_them() -> None:
+    for model in (SHIPPED, REPO / "models" / "h200-cudnn91900-legacy"):
+        manifest = json.loads((model / MANIFEST_FILE).read_text())
+        assert sorted(manifest["files"]) == sorted(p.name for p in model.iterdir() if p.name != MANIFEST_FILE)
+        assert verify_directory(model) == []
+
+
+def test_a_model_without_file_hashes_is_still_checked_for_truncation(tmp_path) -> None:
+    model = _copy_model(SHIPPED, tmp_path / "m")
+    manifest = json.loads((model / MANIFEST_FILE).read_text())
+    del manifest["files"]
+    (model / MANIFEST_FILE).write_text(json.dumps(manifest))
+    Selector.load(model)  # whole: loads
+    _truncate(model / MODEL_FILE, 0.8)
+    with pytest.raises(SelectorError, match="truncated LightGBM model"):
+        Selector.load(model)
+
+
+def test_save_refuses_an_existing_directory_and_replaces_it_whole(slice_model, tmp_path) -> None:
+    sel = Selector.load(slice_model[0])
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "report.csv").write_text("an old model's report\n")
+    with pytest.raises(SelectorError, match="exists"):
+        sel.save(out)
+    assert sorted(p.name for p in out.iterdir()) == ["report.csv"]
+    sel.save(out, replace=True, extra_files={"notes.txt": "new\n"})
+    assert sorted(p.name for p in out.iterdir()) == sorted([MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE, "notes.txt"])
+    assert verify_directory(out) == []
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary directory left"
+
+
+def test_a_failed_directory_write_leaves_nothing(tmp_path) -> None:
+    target = tmp_path / "d"
+    with pytest.raises(RuntimeError), atomic_directory(target) as tmp:
+        (tmp / "half").write_text("x")
+        raise RuntimeError("killed mid-write (simulated)")
+    assert list(tmp_path.iterdir()) == []
+    write_text(tmp_path / "f.txt", "whole\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+# ---------------------------------------------------------------------------------------------- train
+def test_train_repeatedly_on_tiny_records_with_every_core_busy(inputs, tmp_path) -> None:
+    """The hang: `algosel train` on tiny records with its default 2 LightGBM threads took 42-60 s and at times
+    over 300 s (7 s on one thread) while other processes kept the cores busy, each thread spinning at OpenMP's
+    barriers for its partner. Here spinning processes keep every core busy while the command line trains twice in
+    one process (the second time with --force, over a directory holding an old model's report), under a
+    timeout."""
+    root = tmp_path / "models"
+    argv = ["train", str(inputs["tiny"]), "--models", str(root), "--name", "t", "--quick", "--folds", "2",
+            "--no-progress"]  # fmt: skip
+    script = (
+        "import pathlib, sys\n"
+        "from algosel.cli import main\n"
+        f"argv = {argv!r}\n"
+        "first = main(argv)\n"
+        f"pathlib.Path({str(root / 't' / 'report.csv')!r}).write_text('an old report')\n"
+        "sys.exit(max(first, main(argv + ['--force'])))\n"
+    )
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        # Before: 75 s and 174 s for the two trainings here; now about 10 s each on a busy 2-core machine.
+        res = subprocess.run(
+            [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+        )
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert res.stdout.count("wrote ") == 2
+    model = root / "t"
+    names = sorted(p.name for p in model.iterdir())
+    assert "report.csv" not in names, "an old model's report survived beside the new model"
+    assert names == sorted([MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE, "README.md", "test_report.csv", "tuning.csv"])
+    manifest = json.loads((model / MANIFEST_FILE).read_text())
+    assert manifest["params"]["num_threads"] == 1  # tiny records: one thread
+    assert verify_directory(model) == []
+    assert [p.name for p in root.iterdir()] == ["t"], "no temporary directory left"
+
+
+def test_training_threads() -> None:
+    assert training_threads(2, 5_000) == 1
+    assert training_threads(2, SMALL_DATA_ROWS - 1) == 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert training_threads(64, SMALL_DATA_ROWS) == min(64, cores)
+    assert training_threads(1, 10**7) == 1
+
+
+# --------------------------------------------------------------------------------------- predict's API
+GOOD = {"n": 2, "c": 8, "k": 8, "h": 8, "w": 8, "r": 3, "s": 3}
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((3,), {}, r"takes a ConvProblem .* got 3 \(int\)"),
+        ((), {**GOOD, "top_k": "3"}, r"top_k=.* integer >= 1, got '3'"),
+        ((), {**GOOD, "top_k": 0}, r"top_k=.* got 0"),
+        ((), {**GOOD, "max_workspace_bytes": "1GB"}, r"max_workspace_bytes=.* got '1GB'"),
+        ((), {**GOOD, "max_workspace_bytes": -1}, r"max_workspace_bytes=.* got -1"),
+        ((), {**GOOD, "deterministic": "yes"}, r"deterministic=.* got 'yes'"),
+        ((), {**GOOD, "live": "no"}, r"live=.* got 'no'"),
+        ((), {**GOOD, "model": 3}, r"model=.* got 3"),
+        ((), {**GOOD, "n": 0}, r"ConvProblem.n must be positive, got 0"),
+    ],
+    ids=[
+        "problem-3",
+        "top_k-str",
+        "top_k-0",
+        "workspace-str",
+        "workspace-negative",
+        "deterministic-str",
+        "live-str",
+        "model-int",
+        "n-0",
+    ],
+)
+def test_predict_refuses_bad_arguments_naming_them(args, kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        algosel.predict(*args, **kwargs)
+
+
+def test_predict_takes_numpy_integers() -> None:
+    got = algosel.predict(ConvProblem.from_key(RECORDED), top_k=np.int64(2), max_workspace_bytes=np.int64(1 << 30),
+                          live=False)  # fmt: skip
+    assert len(got) == 2 and not got[0].extrapolated and got[0].extrapolation == ""
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"dtype": "bfloat16"}, "dtype 'bfloat16' is not among the model's records (float16, float32)"),
+        ({"dtype": "float32_strict"}, "dtype 'float32_strict' is not among the model's records"),
+        ({"n": 10**9}, "n=1000000000 is 6.25e+05x the largest recorded n (1600)"),
+        ({"h": 10**6, "w": 10**6}, "h=1000000 is 1.75e+03x the largest recorded h (570)"),
+    ],
+    ids=["bfloat16", "float32_strict", "n-1e9", "h-w-1e6"],
+)
+def test_answers_outside_the_models_records_say_so(fields, reason) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExtrapolationWarning)
+        choices = algosel.predict(ConvProblem.from_key(RECORDED), **fields, top_k=3, live=False)
+    assert choices and all(c.extrapolated and reason in c.extrapolation for c in choices)
+
+
+def test_one_extrapolation_warning_per_process(monkeypatch) -> None:
+    import algosel.learn.selector as selector_module
+
+    monkeypatch.setattr(selector_module, "_extrapolation_warned", False)
+    p = ConvProblem.from_key(RECORDED)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert algosel.predict(p, n=10**6, live=False)[0].extrapolated
+        assert algosel.predict(p, c=10**5, live=False)[0].extrapolated
+        near = algosel.predict(p, n=48, live=False)  # not recorded, but within the records' sizes
+    assert near[0].source.startswith("nearest:") and not near[0].extrapolated
+    caught = [w for w in seen if issubclass(w.category, ExtrapolationWarning)]
+    assert len(caught) == 1 and "n=1000000 is 625x the largest recorded n (1600)" in str(caught[0].message)
+
+
+def test_evaluate_scores_a_model_of_another_gpu_only_when_forced(inputs, tmp_path) -> None:
+    from algosel.study.evaluation import run_evaluation
+
+    with pytest.raises(SelectorError, match="trained for NVIDIA B200 .* records are of GPU 'NVIDIA H200'"):
+        run_evaluation(str(inputs["other-gpu"]), [str(SLICE)], str(tmp_path / "a"), lono=False, progress=False)
+    assert not (tmp_path / "a").exists()
+    text = run_evaluation(str(inputs["other-gpu"]), [str(SLICE)], str(tmp_path / "b"), lono=False, progress=False,
+                          force=True)  # fmt: skip
+    assert "note: scored on records of another environment (--force)" in text and "Held-out shapes" in text
+
+
+# ------------------------------------------------------------------------------------------------ records
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        ("status", "exploded", "column status: unknown status"),
+        ("time_ms_median", 0.0, "column time_ms_median: a time that is not positive"),
+        ("time_ms_min", float("nan"), "column time_ms_min"),
+        ("time_ms_p75", float("inf"), "column time_ms_p75"),
+        ("workspace_bytes", -2, "column workspace_bytes: below -1"),
+    ],
+)
+def test_records_without_physical_sense_are_refused_naming_file_and_column(
+    slice_records, tmp_path, column, value, message
+) -> None:
+    frame, envs = slice_records
+    bad = frame.head(20).copy()
+    bad.loc[bad.index[3], column] = value
+    path = write_part(tmp_path / "part-x.parquet", bad.to_dict("records"), envs.values())
+    with pytest.raises(RecordsError, match=re.escape(f"{path}: {message}")):
+        read_part(path)
+
+
+def test_failed_rows_may_have_no_time(slice_records, tmp_path) -> None:
+    frame, envs = slice_records
+    rows = frame.head(5).copy()
+    rows["status"], rows["time_ms_median"] = "build_failed", float("nan")
+    assert len(read_part(write_part(tmp_path / "part-f.parquet", rows.to_dict("records"), envs.values()))[0]) == 5
+
+
+# -------------------------------------------------------------------------------------------------- sweep
+def _start_sweep(out: Path, *args: str, until: str = "sweeping") -> subprocess.Popen:
+    """A CPU sweep process, once it printed a line starting with ``until`` (``case``: a case has started)."""
+    proc = subprocess.Popen(
+        [sys.executable, str(CPU_SWEEP), str(out), *args],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    while not (line := proc.stdout.readline()).startswith(until):
+        assert line, proc.stderr.read()
+    return proc
+
+
+def _raw_rows(out: Path) -> list[tuple[str, str]]:
+    """(problem key, candidate id) of every row of every part, duplicates kept."""
+    rows = []
+    for path in part_paths(out):
+        frame, _ = read_part(path)
+        rows += list(zip(frame["problem_key"], frame["candidate_id"]))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def reference_rows(tmp_path_factory) -> dict[int, set[tuple[str, str]]]:
+    """What an uninterrupted sweep of ``tests/cpu_sweep.py``'s cases records, by number of cases (in this process)."""
+    import cpu_sweep
+
+    out = {}
+    for count in (6, 24):
+        d = tmp_path_factory.mktemp(f"reference-{count}")
+        todo = cpu_sweep.cases(count)
+        from algosel.measure.sweep import run_sweep
+
+        assert run_sweep(todo, cpu_sweep.SleepingSweeper(0, 0, todo[0].key), d, progress=False).measured == count
+        rows = _raw_rows(d)
+        assert len(rows) == len(set(rows))
+        out[count] = set(rows)
+    return out
+
+
+def _sweep(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    res = subprocess.run([sys.executable, str(CPU_SWEEP), str(out), *args], cwd=REPO, capture_output=True, text=True,
+                         timeout=120, check=False)  # fmt: skip
+    assert "Traceback" not in res.stderr, res.stderr
+    return res, json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path, reference_rows) -> None:
+    """SIGKILL a sweep process at random moments, four times, then resume. No process can tell a SIGKILL from
+    outside from a crash, so a case in flight at two kills is skipped as one that ended the process twice (and
+    named); resuming with --retry-crashed records it. Every row ends up recorded exactly once."""
+    out = tmp_path / "sweep"
+    inflight = out / "inflight-0of1.json"
+    rng = random.Random(12)  # the moments are random, and the same on every run of the test
+    kills = 0
+    for _attempt in range(4):
+        proc = _start_sweep(out, "--cases", "24")
+        time.sleep(rng.uniform(0.0, 0.6))
+        proc.kill()
+        proc.wait(timeout=60)
+        kills += proc.returncode == -signal.SIGKILL
+    assert kills >= 2, "most runs were killed before they finished"
+    counts = json.loads(inflight.read_text()) if inflight.exists() else {}
+    twice = {key for key, n in counts.items() if n >= 2}
+    res, report = _sweep(out, "--cases", "24")
+    assert res.returncode == 0 and report["skipped_crashed"] == len(twice), (report, counts)
+    rows = _raw_rows(out)
+    assert len(rows) == len(set(rows)), "a row was recorded twice"
+    skipped = {r for r in reference_rows[24] if ConvProblem.from_key(r[0]).case_key in twice}
+    assert set(rows) == reference_rows[24] - skipped, "a row was lost"
+    if twice:  # resume once more, retrying them
+        res, report = _sweep(out, "--cases", "24", "--retry-crashed")
+        assert res.returncode == 0 and report["measured"] == len(twice)
+        rows = _raw_rows(out)
+    assert len(rows) == len(set(rows)) and set(rows) == reference_rows[24]
+    assert not list(out.glob("journal-*")) and not inflight.exists()
+
+
+def test_damaged_inflight_file_is_a_warning_and_rebuilt(tmp_path, reference_rows) -> None:
+    """Empty (killed while an older algosel rewrote it in place) and half-written: both sweeps run at once."""
+    procs = {}
+    for name, bookkeeping in (("empty", ""), ("half", '{"n1_c3_k4_h3_w3_r3_s3_p0x0_u1x1_d1x1_g1_float32_nch')):
+        out = tmp_path / name
+        out.mkdir()
+        (out / "inflight-0of1.json").write_text(bookkeeping)
+        procs[out] = subprocess.Popen([sys.executable, str(CPU_SWEEP), str(out), "--cases", "6"], cwd=REPO,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    for out, proc in procs.items():
+        _, stderr = proc.communicate(timeout=120)
+        inflight = out / "inflight-0of1.json"
+        assert proc.returncode == 0 and "Traceback" not in stderr, stderr
+        assert f"{inflight}: unreadable in-flight counts" in stderr
+        assert set(_raw_rows(out)) == reference_rows[6]
+        assert not inflight.exists(), "rebuilt, and removed once no case is in flight"
+
+
+def test_sigint_and_sigterm_stop_a_sweep_cleanly_and_do_not_count_as_crashes(tmp_path, reference_rows) -> None:
+    """A long case interrupted twice was skipped for good: here it is interrupted by Ctrl-C, then by a scheduler's
+    SIGTERM, and the third run measures it."""
+    out = tmp_path / "sweep"
+    for sig, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        proc = _start_sweep(out, "--cases", "6", "--slow-first", "30", until="case")
+        time.sleep(0.2)  # inside the first case, which takes 30 s
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == status, stderr
+        assert "Traceback" not in stderr, stderr
+        report = json.loads(stdout.strip().splitlines()[-1])
+        assert report["interrupted"] == sig and report["measured"] == 0
+        assert not list(out.glob("journal-*")), "the journal is compacted"
+        inflight = out / "inflight-0of1.json"
+        assert not inflight.exists() or json.loads(inflight.read_text()) == {}, "the stop is not counted as a crash"
+    res, report = _sweep(out, "--cases", "6", "--slow-first", "0.5")
+    assert res.returncode == 0, res.stderr
+    assert (report["measured"], report["skipped_crashed"]) == (6, 0)
+    rows = _raw_rows(out)
+    assert len(rows) == len(set(rows)) and set(rows) == reference_rows[6]
+
+
+# ------------------------------------------------------------------------------------------------- README
+def test_readme_summarize_command_prints_the_readme_table(capsys) -> None:
+    """The README's main job runs `algosel summarize` on the records its table is of, and prints its numbers."""
+    from algosel.cli import main
+
+    readme = (REPO / "README.md").read_text()
+    command = re.search(r"\.venv/bin/algosel summarize ([^&]+?) &&", readme)
+    assert command, "the main job runs algosel summarize"
+    assert command.group(1).split() == ["data/sweeps/h200"]
+    section = readme[readme.index("## What it finds") :]
+    assert "`algosel summarize data/sweeps/h200` on 5,742 problems" in section
+    table = re.findall(r"^\| [^|]+ \| ([\d.]+) \| ([\d.]+) \| ([\d.]+)x \| ([\d.]+)% \|$", section, re.M)[:3]
+    assert len(table) == 3
+    assert main(["summarize", *command.group(1).split(), "--worst", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert "5742 problems" in printed
+    for selector, (geomean, p95, worst, within) in zip(("heuristic_a", "heuristic_b", "pytorch_default"), table):
+        line = next(x for x in printed.splitlines() if x.split()[:3] == ["all", "all", selector])
+        values = line.split()
+        assert float(values[4]) == pytest.approx(float(geomean), abs=5e-4)
+        assert float(values[5]) == pytest.approx(float(p95), abs=5e-3)
+        assert float(values[6]) == pytest.approx(float(worst), abs=0.5)  # 2188.5 is written 2189x
+        assert values[7] == f"{within}%"
+
+
+def test_shipped_records_pass_the_physical_checks() -> None:
+    frame, _ = load_records(REPO / "data" / "sweeps" / "h200-legacy")
+    assert len(frame) == 79212
