@@ -109,7 +109,11 @@ def atomic_directory(path: str | Path, replace: bool = False) -> Iterator[Path]:
                 raise FileExistsError(f"{path} exists")
             old = _temporary(path)
             os.replace(path, old)
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                os.replace(old, path)  # the old directory back in place: never neither of the two
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)

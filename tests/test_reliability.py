@@ -44,8 +44,9 @@ from algosel.records.store import part_paths
 SHIPPED = REPO / "models" / "h200-cudnn91900"
 LOGS = Path(__file__).resolve().parent / "fixtures" / "cudnn_logs"
 CPU_SWEEP = Path(__file__).resolve().parent / "cpu_sweep.py"
-#: A problem the shipped model's records hold.
+#: Problems the shipped model's records and the slice hold.
 RECORDED = "n32_c64_k64_h56_w56_r3_s3_p1x1_u1x1_d1x1_g1_float16_nchw_fwd"
+SLICE_KEY = "n1024_c64_k1024_h8_w8_r8_s8_p0x0_u1x1_d1x1_g1_float16_nchw_fwd"
 FIELDS = ["--n", "32", "--c", "64", "--k", "64", "--h", "56", "--w", "56", "--r", "3", "--s", "3", "--pad", "1"]
 
 
@@ -196,11 +197,13 @@ def _rows(p: dict[str, Path]) -> dict[str, Row]:
                                      says=("--max-workspace-bytes", "'1GB'")),
         "predict-top-k-0": Row(["predict", "--key", RECORDED, "--top-k", "0"], says=("--top-k", "'0'")),
         # Answers outside what the model covers say so.
-        "predict-bfloat16": Row(["predict", *FIELDS, "--dtype", "bfloat16", "--offline"], status=0,
-                                says=("extrapolated: dtype 'bfloat16'",), warns="dtype 'bfloat16'"),
+        "predict-bfloat16": Row(["predict", "--model", str(p["slice-model"]), *FIELDS, "--dtype", "bfloat16",
+                                 "--offline"], status=0, says=("extrapolated: dtype 'bfloat16'",),
+                                warns="dtype 'bfloat16'"),
         # Cases that already worked, so that they stay working.
-        "predict-recorded-problem": Row(["predict", "--key", RECORDED, "--offline"], status=0,
-                                        says=(RECORDED, "1. ", "(records)"), unchanged=(SHIPPED,)),
+        "predict-recorded-problem": Row(["predict", "--model", str(p["slice-model"]), "--key", SLICE_KEY,
+                                         "--offline"], status=0, says=(SLICE_KEY, "1. ", "(records)"),
+                                        unchanged=(p["slice-model"],)),
         "predict-bad-field": Row(["predict", *FIELDS[:-2], "--pad", "-1"], says=("pad_h", "-1")),
         "summarize-corrupt-part": Row(["summarize", str(p["corrupt-part"])],
                                       says=(str(p["corrupt-part"]), "not a readable Parquet"),
@@ -612,6 +615,37 @@ def test_sigint_and_sigterm_stop_a_sweep_cleanly_and_do_not_count_as_crashes(tmp
     assert (report["measured"], report["skipped_crashed"]) == (6, 0)
     rows = _raw_rows(out)
     assert len(rows) == len(set(rows)) and set(rows) == reference_rows[6]
+
+
+def test_a_stop_is_not_swallowed_by_a_space_that_catches_every_exception(tmp_path) -> None:
+    """SIGTERM arrives while a candidate space is at work inside ``except Exception``: the stop still stops the
+    sweep (it is no candidate's failure), and nothing of the case is recorded."""
+    from algosel.measure.sweep import Sweeper, run_sweep
+    from algosel.measure.timing import FakeTimer
+    from algosel.spaces.base import CandidateSpace
+    from algosel.spaces.pytorch import PyTorchDefaultSpace
+
+    class Swallowing(CandidateSpace):
+        name = "swallowing"
+
+        def enumerate(self, problem):
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            except Exception:  # noqa: BLE001 - what the test is about
+                pass
+            return []
+
+        def prepare(self, problem, candidate):
+            raise AssertionError("never prepared")
+
+    import cpu_sweep
+
+    sweeper = Sweeper([PyTorchDefaultSpace(), Swallowing()], FakeTimer(lambda label: 1.0), cpu_sweep.ENV, device="cpu")
+    report = run_sweep(cpu_sweep.cases(2), sweeper, tmp_path, progress=False)
+    assert (report.interrupted, report.measured, report.part, report.left_for_later) == (signal.SIGTERM, 0, None, 2)
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "the handler is restored"
 
 
 # ------------------------------------------------------------------------------------------------- README

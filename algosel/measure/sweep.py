@@ -234,8 +234,12 @@ class SweepReport:
     interrupted: int | None = None
 
 
-class SweepInterrupted(Exception):
-    """Raised inside the case in flight by :func:`run_sweep`'s SIGINT / SIGTERM handler."""
+class SweepInterrupted(BaseException):
+    """Raised inside the case in flight by :func:`run_sweep`'s SIGINT / SIGTERM handler.
+
+    A BaseException, as KeyboardInterrupt is: a candidate's ``except Exception`` must not record the stop as the
+    candidate's failure.
+    """
 
     def __init__(self, signum: int):
         super().__init__(f"stopped by {signal.Signals(signum).name}")
