@@ -526,7 +526,7 @@ def reference_rows(tmp_path_factory) -> dict[int, set[tuple[str, str]]]:
     import cpu_sweep
 
     out = {}
-    for count in (6, 24):
+    for count in (6, 64):
         d = tmp_path_factory.mktemp(f"reference-{count}")
         todo = cpu_sweep.cases(count)
         from algosel.measure.sweep import run_sweep
@@ -552,27 +552,33 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path, referen
     out = tmp_path / "sweep"
     inflight = out / "inflight-0of1.json"
     rng = random.Random(12)  # the moments are random, and the same on every run of the test
-    kills = 0
+    in_case = 0
     for _attempt in range(4):
-        proc = _start_sweep(out, "--cases", "24")
-        time.sleep(rng.uniform(0.0, 0.6))
+        before = json.loads(inflight.read_text()) if inflight.exists() else {}
+        # 64 cases of at least 10 ms: a whole run takes about a second, more than the kills leave it.
+        proc = _start_sweep(out, "--cases", "64", "--case-s", "0.01")
+        time.sleep(rng.uniform(0.02, 0.45))
         proc.kill()
         proc.wait(timeout=60)
-        kills += proc.returncode == -signal.SIGKILL
-    assert kills >= 2, "most runs were killed before they finished"
+        assert proc.returncode == -signal.SIGKILL
+        after = json.loads(inflight.read_text()) if inflight.exists() else {}
+        in_case += any(n > before.get(key, 0) for key, n in after.items())
+    assert in_case >= 2, "most kills landed while a case was in flight"
     counts = json.loads(inflight.read_text()) if inflight.exists() else {}
-    twice = {key for key, n in counts.items() if n >= 2}
-    res, report = _sweep(out, "--cases", "24")
-    assert res.returncode == 0 and report["skipped_crashed"] == len(twice), (report, counts)
+    res, report = _sweep(out, "--cases", "64")
     rows = _raw_rows(out)
+    assert res.returncode == 0, res.stderr
     assert len(rows) == len(set(rows)), "a row was recorded twice"
-    skipped = {r for r in reference_rows[24] if ConvProblem.from_key(r[0]).case_key in twice}
-    assert set(rows) == reference_rows[24] - skipped, "a row was lost"
+    recorded = {ConvProblem.from_key(key).case_key for key, _ in rows}
+    twice = {key for key, n in counts.items() if n >= 2 and key not in recorded}
+    assert report["skipped_crashed"] == len(twice), (report, counts)
+    skipped = {r for r in reference_rows[64] if ConvProblem.from_key(r[0]).case_key in twice}
+    assert set(rows) == reference_rows[64] - skipped, "a row was lost"
     if twice:  # resume once more, retrying them
-        res, report = _sweep(out, "--cases", "24", "--retry-crashed")
+        res, report = _sweep(out, "--cases", "64", "--retry-crashed")
         assert res.returncode == 0 and report["measured"] == len(twice)
         rows = _raw_rows(out)
-    assert len(rows) == len(set(rows)) and set(rows) == reference_rows[24]
+    assert len(rows) == len(set(rows)) and set(rows) == reference_rows[64]
     assert not list(out.glob("journal-*")) and not inflight.exists()
 
 

@@ -338,9 +338,10 @@ def run_sweep(
         in_parts = done_case_keys(out_dir)
         journal.compact(out_dir, f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{tag}-recovered", skip_cases=in_parts)
         inflight_path = out_dir / f"inflight-{tag}.json"
-        crashed = {} if retry_crashed else read_inflight(inflight_path)
-
         done = in_parts | {r["case_key"] for r in rows} | done_case_keys(*resume_from)
+        # Counts of cases recorded since (a kill after the journal line, before the count was cleared) are stale.
+        crashed = {} if retry_crashed else read_inflight(inflight_path)
+        crashed = {key: n for key, n in crashed.items() if key not in done}
         mine = shard_cases(cases, shard)
         todo = []
         for c in mine:
