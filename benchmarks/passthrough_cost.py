@@ -10,7 +10,9 @@ takes PyTorch's own kernel in all four, so PyTorch's plans are shared):
   hook costs);
 - ``hook-enable``: the hook switched on once (``algosel.hook.enable``) with an executor that passes everything
   through;
-- ``hook-enabled-per-step``: the same executor, ``with algosel.hook.enabled(ex):`` around every step.
+- ``hook-enabled-per-step``: the same executor, ``with algosel.hook.enabled(ex):`` around every step;
+- ``hook-python-path``: ``hook-enable`` without the compiled path's dispatch table (``native=False``: every call
+  keyed and looked up in Python).
 
 Prints the median step time of each and the median ratio of neighbouring steps to the default.
 """
@@ -25,7 +27,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-VARIANTS = ("default", "python-wrapper", "hook-enable", "hook-enabled-per-step")
+VARIANTS = ("default", "python-wrapper", "hook-enable", "hook-enabled-per-step", "hook-python-path")
 
 
 class _PassEverything:
@@ -64,6 +66,7 @@ def run(net: str, amp: bool, rounds: int) -> dict:
         return original(*args, **kwargs)
 
     ex = hook.Executor(selector=_PassEverything(load_default()), cache=False)
+    ex_python = hook.Executor(selector=_PassEverything(load_default()), cache=False, native=False)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -77,6 +80,8 @@ def run(net: str, amp: bool, rounds: int) -> dict:
             F.conv2d = wrapper
         elif name == "hook-enable":
             hook.enable(ex)
+        elif name == "hook-python-path":
+            hook.enable(ex_python)
         try:
             with hook.enabled(ex) if name == "hook-enabled-per-step" else contextlib.nullcontext():
                 torch.cuda.synchronize()
@@ -94,7 +99,7 @@ def run(net: str, amp: bool, rounds: int) -> dict:
     for r in range(rounds):
         for name in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
             times[name].append(variant(name))
-    out = {"net": net, "amp": amp, "stats": hook.stats()}
+    out = {"net": net, "amp": amp, "stats": hook.stats(), "table_signatures": len(ex._table or ())}
     for v in VARIANTS:
         out[f"{v}_ms"] = statistics.median(times[v])
         out[f"{v}_vs_default"] = statistics.median(a / b for a, b in zip(times[v], times["default"]))

@@ -161,7 +161,59 @@ def measure_problem(space, ext, problem: ConvProblem) -> dict:
         row["ext_grad_rel_err"] = [relative_error(gx, xg.grad.double()), relative_error(gw, wg.grad.double())]
     # an engine config rebuilt from its name (no heuristic query)
     row["rebuild_from_name"] = _rebuild_check(space, problem, cands[:6])
+    row["hook"] = measure_hook(problem, x, w, args_)
+    print("hook", json.dumps(row["hook"], default=float), flush=True)
     return row
+
+
+class _Predicting:
+    """The shipped selector with stand-in predicted times: ``faster`` (a space's prefix, or None) predicted ten
+    times faster than PyTorch's default, everything else as fast; so the route measured is the one asked for."""
+
+    def __init__(self, sel, faster: str | None):
+        self._sel, self._faster = sel, faster
+
+    def __getattr__(self, name):
+        return getattr(self._sel, name)
+
+    def is_recorded(self, problem):
+        return False
+
+    def predicted_time_ms(self, problem, candidate_ids):
+        return {c: 0.1 if self._faster and c.startswith(self._faster + ":") else 1.0 for c in candidate_ids}
+
+
+def measure_hook(problem: ConvProblem, x, w, args_) -> dict:
+    """Host us per forward call through the hook (``F.conv2d`` switched on), per route, beside PyTorch's own
+    ``F.conv2d`` measured in the same rotation (pairs of blocks, ABBA)."""
+    from algosel.learn.models import load_default
+    from algosel.runtime import hook
+
+    sel = load_default()
+    original = F.conv2d
+    variants = {
+        "pass-through": hook.Executor(selector=_Predicting(sel, None), cache=False),
+        "pass-through, Python path": hook.Executor(selector=_Predicting(sel, None), cache=False, native=False),
+        "cudnn plan": hook.Executor(selector=_Predicting(sel, "cudnn"), cache=False),
+        "gemm": hook.Executor(selector=_Predicting(sel, "gemm"), cache=False),
+    }
+    out: dict = {}
+    for name, ex in variants.items():
+        with hook.enabled(ex):
+            F.conv2d(x, w, None, **args_)  # plans
+            routes = sorted({r.kind for r in ex._routes.values()})
+            pairs = []
+            for order in ((0, 1), (1, 0), (1, 0), (0, 1)):  # ABBA: default (0) and the hook (1)
+                t = {}
+                for i in order:
+                    fn = original if i == 0 else F.conv2d
+                    t[i] = host_us_per_call(lambda fn=fn: fn(x, w, None, **args_), repeats=3)
+                pairs.append((t[0], t[1]))
+        d = statistics.median(a for a, _ in pairs)
+        h = statistics.median(b for _, b in pairs)
+        out[name] = {"route": "/".join(routes), "table": ex.fast_run is not None, "F.conv2d_us": round(d, 2),
+                     "hook_us": round(h, 2), "extra_us": round(statistics.median(b - a for a, b in pairs), 2)}
+    return out
 
 
 def _rebuild_check(space, problem, cands) -> dict:

@@ -95,6 +95,78 @@ def test_the_compiled_path_runs_cudnn_plans_forward_and_backward(shipped, ext, t
     assert hook.stats().get("cudnn", 0) >= 5, hook.stats()  # 2 forwards, 1 dx (the first conv's x needs one), 2 dw
 
 
+class PassingThrough(Preferring):
+    """Every candidate predicted as fast as PyTorch's default: every convolution passes through."""
+
+    def predicted_time_ms(self, problem, candidate_ids):
+        return dict.fromkeys(candidate_ids, 1.0)
+
+
+def test_the_dispatch_table_runs_planned_calls_in_cpp_with_pytorchs_results(shipped, ext, tmp_path):
+    from algosel.runtime import hook
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 20, 20, device="cuda", requires_grad=True)
+    w = torch.randn(32, 16, 3, 3, device="cuda", requires_grad=True)
+    b = torch.randn(32, device="cuda")
+    ref = F.conv2d(x, w, b, 1, 1)
+    (ref_gx,) = torch.autograd.grad(ref.sum(), x)
+    ex = hook.Executor(selector=PassingThrough(shipped, "cudnn"), cache=tmp_path)
+    hook.reset_stats()
+    with hook.enabled(ex):
+        outs = [F.conv2d(x, w, b, 1, 1) for _ in range(3)]  # the first plans, the next two run in C++
+        y = F.conv2d(x, w, b, (1, 1), [1, 1])  # another spelling of the same signature
+        with torch.autocast("cuda", dtype=torch.float16):
+            half = F.conv2d(x, w, b, 1, 1)  # autocast is part of the signature: planned apart
+    assert ex.fast_run is not None and len(ex._table) == 2, len(ex._table)
+    slots = [s for r in ex._routes.values() for _, s in r.slots]
+    assert sorted(slots) == [0, 1]  # one slot each, the two spellings sharing theirs
+    assert sum(ex._table.calls(s) for s in slots) == 3  # calls 2, 3 and 4 ran in C++
+    assert all(torch.equal(o, ref) for o in outs) and torch.equal(y, ref)
+    assert half.dtype == torch.float16 and _close(half, ref, 1e-2)
+    (gx,) = torch.autograd.grad(outs[-1].sum(), x)
+    assert torch.equal(gx, ref_gx)
+    stats = hook.stats()
+    assert sum(stats.values()) == 15 and all(k.startswith("pytorch:") for k in stats), stats  # 5 calls x 3 dirs
+
+
+def test_the_dispatch_table_leaves_tensor_subclasses_to_python(shipped, ext, tmp_path):
+    from algosel.runtime import hook
+
+    seen = []
+
+    class Traced(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    x = torch.randn(2, 8, 10, 10, device="cuda")
+    w = torch.randn(8, 8, 3, 3, device="cuda")
+    ex = hook.Executor(selector=PassingThrough(shipped, "cudnn"), cache=tmp_path)
+    with hook.enabled(ex):
+        F.conv2d(x, w)
+        F.conv2d(x, w)  # held by the table now
+        out = F.conv2d(x.as_subclass(Traced), w)
+    assert isinstance(out, Traced) and seen  # its __torch_function__ ran: the call went through Python
+
+
+def test_the_dispatch_table_runs_compiled_routes(shipped, ext, tmp_path):
+    from algosel.runtime import hook
+
+    model, x = _cudnn_model()
+    y_ref, g_ref = _step(model, x)
+    ex = hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path)
+    with hook.enabled(ex):
+        _step(model, x)
+        hook.reset_stats()
+        y, grads = _step(model, x)  # every call from the table
+    held = [(r.kind, ex._table.calls(s)) for r in ex._routes.values() for _, s in r.slots]
+    assert held and all(kind == "compiled" and calls == 1 for kind, calls in held), held
+    assert _close(y, y_ref) and all(_close(a, b) for a, b in zip(grads, g_ref))
+    assert hook.stats().get("cudnn", 0) >= 5, hook.stats()
+
+
 def test_cached_decisions_and_plans_need_no_planning_in_a_new_executor(shipped, ext, tmp_path):
     from algosel.runtime import hook
 

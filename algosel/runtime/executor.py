@@ -34,7 +34,7 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -71,6 +71,8 @@ PREDICT_TOP_K = 3
 _counts: Counter[str] = Counter()
 #: Routes counted by call (native, GEMM and compiled routes of every executor), for :func:`stats`.
 _counted_routes: list[_Route] = []
+#: The compiled path's dispatch tables of every executor (their call counts are part of :func:`stats`).
+_tables: list[Any] = []
 
 
 def stats() -> dict[str, int]:
@@ -81,8 +83,9 @@ def stats() -> dict[str, int]:
     """
     total = Counter(_counts)
     for route in _counted_routes:
+        calls = route.calls + sum(table.calls(slot) for table, slot in route.slots)
         for reason in route.reasons:
-            total[reason] += route.calls
+            total[reason] += calls
     return dict(+total)
 
 
@@ -90,6 +93,8 @@ def reset_stats() -> None:
     _counts.clear()
     for route in _counted_routes:
         route.calls = 0
+    for table in _tables:
+        table.reset_calls()
 
 
 # ------------------------------------------------------------------------------------------------- plans
@@ -113,6 +118,7 @@ class _Route:
     native_route: int = -1  # the compiled path's route id
     run_native: Callable[..., torch.Tensor] | None = None  # the compiled path's entry point
     unseen: Any = None  # the recorder of problems the model's records lack, where this route's problem is one
+    slots: list = field(default_factory=list)  # (dispatch table, slot) pairs that run this route's calls in C++
 
 
 def _one_matrix_product(problem: ConvProblem) -> bool:
@@ -192,11 +198,48 @@ class Executor:
         from algosel.runtime.unseen import recorder_for, recorder_from_env  # noqa: PLC0415
 
         self._recorder = recorder_for(record) if record else recorder_from_env()
+        #: The compiled path's dispatch table (``RouteTable``): call signatures whose route is PyTorch's own
+        #: kernel or a compiled route, keyed and run in C++, so that a steady-state call costs no Python beyond
+        #: the hook's wrapper. Made on the first planned call where the compiled path loads; ``fast_run`` is its
+        #: entry point (None: every call takes :func:`run_conv`).
+        self._table: Any = None
+        self.fast_run: Callable[..., torch.Tensor | None] | None = None
+        self._slot_routes: dict[int, _Route] = {}
         #: Seconds spent deciding (measuring, building plans), for benchmarks of the first pass.
         self.planning_s = 0.0
         self.measured_problems = 0
 
     # ---------------------------------------------------------------------------------------- resources
+    def _dispatch_table(self):
+        """The dispatch table, made on first use; None without the compiled path, or while recording unseen
+        problems (a recorder counts every call in Python)."""
+        if self._table is None and self._recorder is None:
+            ext = self.native_module()
+            if ext is not None and hasattr(ext, "RouteTable"):
+                self._table = ext.RouteTable()
+                _tables.append(self._table)
+                self.fast_run = self._table.run
+        return self._table
+
+    def hold_in_table(self, route: _Route, x, w, b, stride, padding, dilation, groups) -> None:
+        """Let the dispatch table run calls of this signature (native and compiled routes)."""
+        if route.kind not in ("native", "compiled") or route.unseen is not None:
+            return
+        table = self._dispatch_table()
+        if table is None:
+            return
+        kind, rid = (0, -1) if route.kind == "native" else (1, route.native_route)
+        slot = table.add(x, w, b, stride, padding, dilation, groups, kind, rid)
+        if slot < 0:  # a call the table cannot key ("same" padding...): Python's path keeps it
+            return
+        owner = self._slot_routes.get(slot)
+        if owner is route:
+            return
+        if owner is not None:  # two spellings of one signature (stride=1 and (1, 1)): counted once
+            owner.slots.remove((table, slot))
+        self._slot_routes[slot] = route
+        route.slots.append((table, slot))
+
     def _live_ok(self) -> bool:
         if self._live is None:
             from algosel.learn.models import live_available  # noqa: PLC0415
@@ -590,6 +633,8 @@ def run_conv(ex: Executor, x, w, b, stride, padding, dilation, groups) -> torch.
         route = _first_call(ex, key, x, w, b, stride, padding, dilation, groups, cast, grads)
         if route is None:  # counted by _first_call
             return original_conv2d(x, w, b, stride, padding, dilation, groups)
+        if ex._routes.get(key) is route:  # memoised (not a decision deferred by a capture)
+            ex.hold_in_table(route, x, w, b, stride, padding, dilation, groups)
     if route.unseen is not None:
         route.unseen.add(route.problem, 1)
     kind = route.kind

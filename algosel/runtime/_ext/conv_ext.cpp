@@ -11,11 +11,18 @@
 
 #include <torch/extension.h>
 
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/cuda/CUDAStream.h>
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <torch/csrc/autograd/python_variable.h>
 
+#include <array>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "plan.h"
@@ -184,6 +191,186 @@ at::Tensor run_route(int64_t route_id, const at::Tensor& input, const at::Tensor
   return ConvFunction::apply(input, weight, bias, route_id);
 }
 
+// ----------------------------------------------------------------------------------------- the dispatch table
+// Everything a route depends on, as integers. 4-D tensors only (anything else misses and goes to Python).
+constexpr int kKeyLength = 38;
+using Key = std::array<int64_t, kKeyLength>;
+
+struct KeyHash {
+  size_t operator()(const Key& k) const noexcept {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+    for (int64_t v : k) {
+      h ^= static_cast<uint64_t>(v);
+      h *= 1099511628211ull;
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+enum RouteKind : int64_t { kNative = 0, kCompiled = 1 };
+
+struct Entry {
+  int64_t kind = kNative;
+  int64_t route = -1;
+  int64_t calls = 0;
+};
+
+// An int or a sequence of one or two ints (what F.conv2d accepts); false for anything else ("same" padding...).
+bool read_pair(PyObject* obj, int64_t* a, int64_t* b) {
+  if (PyLong_Check(obj)) {
+    *a = *b = PyLong_AsLongLong(obj);
+    return !PyErr_Occurred();
+  }
+  if (!PyTuple_Check(obj) && !PyList_Check(obj)) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+  if (n != 1 && n != 2) return false;
+  PyObject** items = PySequence_Fast_ITEMS(obj);
+  if (!PyLong_Check(items[0]) || !PyLong_Check(items[n - 1])) return false;
+  *a = PyLong_AsLongLong(items[0]);
+  *b = PyLong_AsLongLong(items[n - 1]);
+  return !PyErr_Occurred();
+}
+
+// A plain tensor argument: exactly a torch.Tensor or a Parameter, with no torch-function mode active. Subclasses
+// (which may override __torch_function__) and modes go to Python, which honours them.
+const at::Tensor* read_tensor(PyObject* obj) {
+  if (!THPVariable_CheckExact(obj) || at::impl::torch_function_mode_enabled()) return nullptr;
+  return &THPVariable_Unpack(obj);
+}
+
+void put_tensor(int64_t* k, const at::Tensor& t) {
+  for (int i = 0; i < 4; ++i) {
+    k[i] = t.size(i);
+    k[4 + i] = t.stride(i);
+  }
+  k[8] = static_cast<int64_t>(t.scalar_type());
+  k[9] = static_cast<int64_t>(t.device().type());
+  k[10] = t.device().index();
+}
+
+struct Call {
+  const at::Tensor* x = nullptr;
+  const at::Tensor* w = nullptr;
+  const at::Tensor* b = nullptr;
+  int64_t stride[2], padding[2], dilation[2], groups = 1;
+  bool autocast = false;
+  at::ScalarType autocast_dtype = at::kFloat;
+  Key key;
+};
+
+// Reads a call and its key; false where the table cannot hold it (Python's path decides).
+bool read_call(py::handle x, py::handle w, py::handle b, py::handle stride, py::handle padding,
+               py::handle dilation, py::handle groups, Call* c) {
+  c->x = read_tensor(x.ptr());
+  c->w = read_tensor(w.ptr());
+  if (c->x == nullptr || c->w == nullptr || c->x->dim() != 4 || c->w->dim() != 4) return false;
+  if (!b.is_none()) {
+    c->b = read_tensor(b.ptr());
+    if (c->b == nullptr || c->b->dim() != 1) return false;
+  }
+  if (!read_pair(stride.ptr(), &c->stride[0], &c->stride[1]) ||
+      !read_pair(padding.ptr(), &c->padding[0], &c->padding[1]) ||
+      !read_pair(dilation.ptr(), &c->dilation[0], &c->dilation[1]) || !PyLong_Check(groups.ptr())) {
+    PyErr_Clear();
+    return false;
+  }
+  c->groups = PyLong_AsLongLong(groups.ptr());
+  const at::DeviceType device = c->x->device().type();
+  c->autocast = at::autocast::is_autocast_enabled(device);
+  if (c->autocast) c->autocast_dtype = at::autocast::get_autocast_dtype(device);
+  const bool grad = at::GradMode::is_enabled();
+  int64_t* k = c->key.data();
+  put_tensor(k, *c->x);
+  put_tensor(k + 11, *c->w);
+  k[22] = c->b == nullptr ? -1 : c->b->size(0);
+  k[23] = c->b == nullptr ? -1 : static_cast<int64_t>(c->b->scalar_type());
+  k[24] = c->b == nullptr ? -1 : static_cast<int64_t>(c->b->device().type()) * 1024 + c->b->device().index();
+  k[25] = c->stride[0];
+  k[26] = c->stride[1];
+  k[27] = c->padding[0];
+  k[28] = c->padding[1];
+  k[29] = c->dilation[0];
+  k[30] = c->dilation[1];
+  k[31] = c->groups;
+  k[32] = grad && c->x->requires_grad();
+  k[33] = grad && c->w->requires_grad();
+  k[34] = c->autocast ? static_cast<int64_t>(c->autocast_dtype) : -1;
+  k[35] = at::globalContext().allowTF32CuDNN();
+  k[36] = at::globalContext().allowTF32CuBLAS();
+  k[37] = 0;
+  return true;
+}
+
+class RouteTable {
+ public:
+  // Holds the call's signature from now on; returns the entry's slot, or -1 where the call cannot be keyed.
+  int64_t add(py::handle x, py::handle w, py::handle b, py::handle stride, py::handle padding, py::handle dilation,
+              py::handle groups, int64_t kind, int64_t route) {
+    TORCH_CHECK(kind == kNative || kind == kCompiled, "algosel: route kind must be 0 (native) or 1 (compiled)");
+    if (kind == kCompiled) route_at(route);  // validates the id
+    Call c;
+    if (!read_call(x, w, b, stride, padding, dilation, groups, &c)) return -1;
+    auto found = slots_.find(c.key);
+    if (found != slots_.end()) {
+      entries_[found->second].kind = kind;
+      entries_[found->second].route = route;
+      return found->second;
+    }
+    entries_.push_back(Entry{kind, route, 0});
+    slots_.emplace(c.key, static_cast<int64_t>(entries_.size() - 1));
+    return static_cast<int64_t>(entries_.size() - 1);
+  }
+
+  // The call run by its route, or None where the table does not hold its signature.
+  py::object run(py::handle x, py::handle w, py::handle b, py::handle stride, py::handle padding,
+                 py::handle dilation, py::handle groups) {
+    Call c;
+    if (!read_call(x, w, b, stride, padding, dilation, groups, &c)) return py::none();
+    auto found = slots_.find(c.key);
+    if (found == slots_.end()) return py::none();
+    Entry& e = entries_[found->second];
+    ++e.calls;
+    const int64_t kind = e.kind, route = e.route;  // the GIL is released below: nothing in the table is held
+    const c10::optional<at::Tensor> bias = c.b == nullptr ? c10::nullopt : c10::optional<at::Tensor>(*c.b);
+    at::Tensor out;
+    {
+      py::gil_scoped_release no_gil;  // as PyTorch's own binding of conv2d does
+      if (kind == kNative) {
+        // The uncast tensors: autocast casts them itself (and reuses its cache of cast weights).
+        out = at::conv2d(*c.x, *c.w, bias, {c.stride[0], c.stride[1]}, {c.padding[0], c.padding[1]},
+                         {c.dilation[0], c.dilation[1]}, c.groups);
+      } else {
+        at::Tensor xi = *c.x, wi = *c.w;
+        c10::optional<at::Tensor> bi = bias;
+        if (c.autocast) {
+          xi = xi.to(c.autocast_dtype);
+          wi = wi.to(c.autocast_dtype);
+          if (bi.has_value()) bi = bi->to(c.autocast_dtype);
+        }
+        c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+        out = ConvFunction::apply(xi, wi, bi, route);
+      }
+    }
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(out)));
+  }
+
+  int64_t calls(int64_t slot) const {
+    TORCH_CHECK(slot >= 0 && slot < static_cast<int64_t>(entries_.size()), "algosel: no such slot: ", slot);
+    return entries_[slot].calls;
+  }
+
+  void reset_calls() {
+    for (Entry& e : entries_) e.calls = 0;
+  }
+
+  int64_t size() const { return static_cast<int64_t>(entries_.size()); }
+
+ private:
+  // Mutated and read only with the GIL held (Python's calls), so no lock of its own.
+  std::unordered_map<Key, int64_t, KeyHash> slots_;
+  std::vector<Entry> entries_;
+};
+
 int64_t workspace_bytes(int64_t plan_id) { return plan_at(plan_id)->workspace_bytes; }
 
 int64_t plan_count() {
@@ -206,5 +393,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("run_route", &run_route, "the hooked convolution: forward now, its gradients in autograd's backward",
         py::arg("route"), py::arg("input"), py::arg("weight"), py::arg("bias") = py::none());
   m.def("workspace_bytes", &workspace_bytes, py::arg("plan"));
+  py::class_<RouteTable>(m, "RouteTable", "call signatures and their routes: the steady-state dispatch")
+      .def(py::init<>())
+      .def("add", &RouteTable::add, "hold a call's signature with its route (kind 0 native, 1 compiled)",
+           py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
+           py::arg("dilation"), py::arg("groups"), py::arg("kind"), py::arg("route") = -1)
+      .def("run", &RouteTable::run, "run a call by its route; None where the signature is not held",
+           py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
+           py::arg("dilation"), py::arg("groups"))
+      .def("calls", &RouteTable::calls, py::arg("slot"))
+      .def("reset_calls", &RouteTable::reset_calls)
+      .def("__len__", &RouteTable::size);
   m.def("plan_count", &plan_count);
 }
