@@ -222,13 +222,16 @@ class Executor:
         return self._table
 
     def hold_in_table(self, route: _Route, x, w, b, stride, padding, dilation, groups) -> None:
-        """Let the dispatch table run calls of this signature (native and compiled routes)."""
-        if route.kind not in ("native", "compiled") or route.unseen is not None:
+        """Let the dispatch table run calls of this signature (native, compiled and GEMM routes)."""
+        if route.kind not in ("native", "compiled", "gemm") or route.unseen is not None:
             return
         table = self._dispatch_table()
         if table is None:
             return
-        kind, rid = (0, -1) if route.kind == "native" else (1, route.native_route)
+        if route.kind == "gemm":  # the table computes what gemm_conv does, in C++
+            kind, rid = (2 if gemm_kind(route.problem) == "fc" else 3), -1
+        else:
+            kind, rid = (0, -1) if route.kind == "native" else (1, route.native_route)
         slot = table.add(x, w, b, stride, padding, dilation, groups, kind, rid)
         if slot < 0:  # a call the table cannot key ("same" padding...): Python's path keeps it
             return

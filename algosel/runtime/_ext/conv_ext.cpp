@@ -207,7 +207,9 @@ struct KeyHash {
   }
 };
 
-enum RouteKind : int64_t { kNative = 0, kCompiled = 1 };
+// kNative: PyTorch's conv2d; kCompiled: a route of cuDNN plans; kGemmFc / kGemmPointwiseNhwc: the convolution as one
+// matrix product on views (fully connected mode; 1x1 stride-1 in NHWC), differentiable in aten as nn.Linear is.
+enum RouteKind : int64_t { kNative = 0, kCompiled = 1, kGemmFc = 2, kGemmPointwiseNhwc = 3 };
 
 struct Entry {
   int64_t kind = kNative;
@@ -301,12 +303,30 @@ bool read_call(py::handle x, py::handle w, py::handle b, py::handle stride, py::
   return true;
 }
 
+// The forward as algosel.spaces.gemm.gemm_conv computes it (the same views and products, so the same results).
+at::Tensor gemm_forward(int64_t kind, const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& b) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), k = w.size(0);
+  const bool nhwc = kind == kGemmPointwiseNhwc || (x.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+                                                    !x.is_contiguous());
+  at::Tensor rows, wm;
+  if (kind == kGemmFc) {
+    rows = nhwc ? x.permute({0, 2, 3, 1}).reshape({n, -1}) : x.reshape({n, -1});
+    wm = nhwc ? w.permute({0, 2, 3, 1}).reshape({k, -1}) : w.reshape({k, -1});
+  } else {
+    rows = x.permute({0, 2, 3, 1}).reshape({-1, c});
+    wm = w.reshape({k, c});
+  }
+  at::Tensor y2 = b.has_value() ? at::addmm(*b, rows, wm.t()) : at::matmul(rows, wm.t());
+  if (kind == kGemmFc) return nhwc ? y2.reshape({n, 1, 1, k}).permute({0, 3, 1, 2}) : y2.reshape({n, k, 1, 1});
+  return y2.reshape({n, h, wd, k}).permute({0, 3, 1, 2});
+}
+
 class RouteTable {
  public:
   // Holds the call's signature from now on; returns the entry's slot, or -1 where the call cannot be keyed.
   int64_t add(py::handle x, py::handle w, py::handle b, py::handle stride, py::handle padding, py::handle dilation,
               py::handle groups, int64_t kind, int64_t route) {
-    TORCH_CHECK(kind == kNative || kind == kCompiled, "algosel: route kind must be 0 (native) or 1 (compiled)");
+    TORCH_CHECK(kind >= kNative && kind <= kGemmPointwiseNhwc, "algosel: route kind must be 0 to 3, got ", kind);
     if (kind == kCompiled) route_at(route);  // validates the id
     Call c;
     if (!read_call(x, w, b, stride, padding, dilation, groups, &c)) return -1;
@@ -342,13 +362,17 @@ class RouteTable {
       } else {
         at::Tensor xi = *c.x, wi = *c.w;
         c10::optional<at::Tensor> bi = bias;
-        if (c.autocast) {
+        if (c.autocast) {  // what autocast would give conv2d: its dtype, then no autocast below
           xi = xi.to(c.autocast_dtype);
           wi = wi.to(c.autocast_dtype);
           if (bi.has_value()) bi = bi->to(c.autocast_dtype);
         }
         c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-        out = ConvFunction::apply(xi, wi, bi, route);
+        if (kind == kCompiled) {
+          out = ConvFunction::apply(xi, wi, bi, route);
+        } else {
+          out = gemm_forward(kind, xi, wi, bi);
+        }
       }
     }
     return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(out)));
@@ -395,7 +419,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("workspace_bytes", &workspace_bytes, py::arg("plan"));
   py::class_<RouteTable>(m, "RouteTable", "call signatures and their routes: the steady-state dispatch")
       .def(py::init<>())
-      .def("add", &RouteTable::add, "hold a call's signature with its route (kind 0 native, 1 compiled)",
+      .def("add", &RouteTable::add, "hold a call's signature with its route (kind 0 native, 1 compiled, 2 GEMM fc, 3 GEMM 1x1 NHWC)",
            py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
            py::arg("dilation"), py::arg("groups"), py::arg("kind"), py::arg("route") = -1)
       .def("run", &RouteTable::run, "run a call by its route; None where the signature is not held",
