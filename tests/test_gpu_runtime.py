@@ -171,6 +171,34 @@ def test_the_dispatch_table_runs_compiled_routes(shipped, ext, tmp_path):
     assert hook.stats().get("cudnn", 0) >= 5, hook.stats()
 
 
+def test_f_conv2d_is_the_compiled_dispatch_while_the_hook_is_on_in_this_thread_only(shipped, ext, tmp_path):
+    import threading
+
+    from algosel.runtime import hook
+
+    x, w = torch.randn(2, 8, 12, 12, device="cuda"), torch.randn(8, 8, 3, 3, device="cuda")
+    ex = hook.Executor(selector=PassingThrough(shipped, "cudnn"), cache=tmp_path)
+    other = {}
+
+    def elsewhere():  # a thread outside the block: F.conv2d is patched process-wide, but routes nothing here
+        hook.reset_stats()
+        other["y"] = F.conv2d(x, w, padding=1)
+        other["stats"] = hook.stats()
+
+    with hook.enabled(ex):
+        assert F.conv2d is ext.conv2d
+        F.conv2d(x, w, padding=1)
+        hook.reset_stats()
+        y = F.conv2d(x, w, None, padding=1)  # keywords too
+        held = hook.stats()
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+    assert F.conv2d is torch.conv2d
+    assert sum(held.values()) == 1 and ex._table.calls(0) == 1, held
+    assert other["stats"] == {} and torch.equal(other["y"], y)
+
+
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_the_dispatch_table_runs_gemm_routes_as_gemm_conv_does(shipped, ext, tmp_path, layout):
     from algosel.runtime import hook

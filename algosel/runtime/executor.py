@@ -729,6 +729,55 @@ _shared: dict[tuple, Executor] = {}
 _shared_lock = threading.Lock()
 
 
+#: The compiled path's module once its ``conv2d`` routes ``F.conv2d`` (:func:`install_dispatch`): its current table
+#: mirrors the switches below.
+_dispatch: dict[str, Any] = {"module": None}
+
+
+def _table_of(ex: Executor | None | bool):
+    return ex._dispatch_table() if ex else None
+
+
+def set_local_executor(ex: Executor | None | bool) -> None:
+    """This thread's executor (None: the process's applies; False: suspended while it plans)."""
+    _local.executor = ex
+    module = _dispatch["module"]
+    if module is not None:
+        module.set_thread_table(_table_of(ex), ex is not None)
+
+
+def set_global_executor(ex: Executor | None) -> None:
+    """The process's executor (:func:`algosel.runtime.hook.enable`)."""
+    _global["executor"] = ex
+    module = _dispatch["module"]
+    if module is not None:
+        module.set_global_table(_table_of(ex))
+
+
+def install_dispatch(python_conv2d: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """What ``F.conv2d`` becomes while the hook is on: the compiled path's ``conv2d`` where it loads (a call whose
+    signature the current executor's table holds costs no Python; every other goes to ``python_conv2d``), else
+    ``python_conv2d`` itself. Under ``torch.compile``, dynamo traces ``python_conv2d`` in its place."""
+    module = _dispatch["module"]
+    if module is None:
+        from algosel.runtime import native  # noqa: PLC0415
+
+        ext = native.load()
+        if ext is None or not hasattr(ext, "conv2d"):
+            return python_conv2d
+        ext.set_fallback(python_conv2d)
+        try:
+            torch._dynamo.substitute_in_graph(ext.conv2d, skip_signature_check=True)(python_conv2d)
+        except (AttributeError, TypeError, ValueError) as exc:  # no polyfills in this torch: compile would break
+            log.warning("algosel: torch.compile cannot trace the compiled path's conv2d (%s); using Python's", exc)
+            return python_conv2d
+        _dispatch["module"] = module = ext
+        # Switches made before: this thread's and the process's.
+        set_global_executor(_global["executor"])
+        set_local_executor(getattr(_local, "executor", None))
+    return module.conv2d
+
+
 def current_executor() -> Executor | None:
     """The executor routing this thread's convolutions now, or ``None`` (PyTorch's own path)."""
     ex = getattr(_local, "executor", None)
@@ -741,11 +790,11 @@ def current_executor() -> Executor | None:
 def planning():
     """Suspend the hook in this thread while it plans: the convolutions of a measurement are PyTorch's own."""
     previous = getattr(_local, "executor", None)
-    _local.executor = False
+    set_local_executor(False)
     try:
         yield
     finally:
-        _local.executor = previous
+        set_local_executor(previous)
 
 
 def shared_executor(**config: Any) -> Executor:

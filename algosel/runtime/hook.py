@@ -30,9 +30,12 @@ from algosel.runtime.executor import (
     Executor,
     current_executor,
     executor_id,
+    install_dispatch,
     original_conv2d,
     reset_stats,
     run_conv,
+    set_global_executor,
+    set_local_executor,
     shared_executor,
     stats,
 )
@@ -73,14 +76,14 @@ def _executor_for(executor: Executor | None, config: dict[str, Any]) -> Executor
 def enable(executor: Executor | None = None, **config: Any) -> Executor:
     """Route every ``F.conv2d`` of the process (``**config`` configures the shared :class:`Executor`)."""
     ex = _executor_for(executor, config)
-    _executor._global["executor"] = ex
-    F.conv2d = conv2d
+    set_global_executor(ex)
+    F.conv2d = install_dispatch(conv2d)
     return ex
 
 
 def disable() -> None:
     """Restore PyTorch's own ``F.conv2d`` (where no ``enabled()`` block of this thread is open)."""
-    _executor._global["executor"] = None
+    set_global_executor(None)
     if getattr(_executor._local, "executor", None) is None:
         F.conv2d = original_conv2d
 
@@ -95,12 +98,12 @@ def enabled(executor: Executor | None = None, **config: Any) -> Iterator[Executo
     """
     ex = _executor_for(executor, config)
     previous, patched = getattr(_executor._local, "executor", None), F.conv2d
-    _executor._local.executor = ex
-    F.conv2d = conv2d
+    F.conv2d = install_dispatch(conv2d)
+    set_local_executor(ex)
     try:
         yield ex
     finally:
-        _executor._local.executor = previous
+        set_local_executor(previous)
         F.conv2d = patched
 
 
@@ -128,11 +131,11 @@ def _patched_forward(module: torch.nn.Conv2d, ex: Executor):
             out = fast(input, weight, bias, module.stride, module.padding, module.dilation, module.groups)
             if out is not None:
                 return out
-        _executor._local.executor = ex
+        set_local_executor(ex)
         try:
             return run_conv(ex, input, weight, bias, module.stride, module.padding, module.dilation, module.groups)
         finally:
-            _executor._local.executor = previous
+            set_local_executor(previous)
 
     return _conv_forward
 

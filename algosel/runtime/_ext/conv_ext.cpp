@@ -395,6 +395,43 @@ class RouteTable {
   std::vector<Entry> entries_;
 };
 
+// -------------------------------------------------------------------------------- F.conv2d, switched on
+// While the hook is on, F.conv2d is `dispatch_conv2d` itself: a call the current table holds costs no Python at
+// all; any other goes to the Python hook (`set_fallback`), which plans it. The current table mirrors the Python
+// side's switches: a thread's own (`enabled()`; none while it plans) over the process's (`enable()`).
+struct ThreadTable {
+  bool set = false;  // false: the process's table applies
+  RouteTable* table = nullptr;
+};
+thread_local ThreadTable t_table;
+RouteTable* g_table = nullptr;  // tables live as long as the process (the Python side keeps them all)
+py::object* g_fallback = nullptr;
+
+RouteTable* table_of(const py::object& table) { return table.is_none() ? nullptr : table.cast<RouteTable*>(); }
+
+void set_thread_table(const py::object& table, bool set) {
+  t_table.set = set;
+  t_table.table = set ? table_of(table) : nullptr;
+}
+
+void set_global_table(const py::object& table) { g_table = table_of(table); }
+
+void set_fallback(const py::object& fn) {
+  if (g_fallback == nullptr) g_fallback = new py::object();  // never freed: may be called until exit
+  *g_fallback = fn;
+}
+
+py::object dispatch_conv2d(py::handle input, py::handle weight, py::handle bias, py::handle stride,
+                           py::handle padding, py::handle dilation, py::handle groups) {
+  RouteTable* table = t_table.set ? t_table.table : g_table;
+  if (table != nullptr) {
+    py::object out = table->run(input, weight, bias, stride, padding, dilation, groups);
+    if (!out.is_none()) return out;
+  }
+  TORCH_CHECK(g_fallback != nullptr && *g_fallback, "algosel: the hook's Python path is not set");
+  return (*g_fallback)(input, weight, bias, stride, padding, dilation, groups);
+}
+
 int64_t workspace_bytes(int64_t plan_id) { return plan_at(plan_id)->workspace_bytes; }
 
 int64_t plan_count() {
@@ -429,4 +466,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("reset_calls", &RouteTable::reset_calls)
       .def("__len__", &RouteTable::size);
   m.def("plan_count", &plan_count);
+  m.def("conv2d", &dispatch_conv2d, "torch.nn.functional.conv2d through the current table, else the Python hook",
+        py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
+        py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1);
+  m.def("set_thread_table", &set_thread_table, "this thread's table (set=False: the process's applies)",
+        py::arg("table"), py::arg("set"));
+  m.def("set_global_table", &set_global_table, "the process's table (None: every call to the Python hook)",
+        py::arg("table"));
+  m.def("set_fallback", &set_fallback, "the Python hook, for the calls the current table does not hold",
+        py::arg("fn"));
 }
