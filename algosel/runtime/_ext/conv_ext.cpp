@@ -312,13 +312,13 @@ at::Tensor gemm_forward(int64_t kind, const at::Tensor& x, const at::Tensor& w, 
   if (kind == kGemmFc) {
     rows = nhwc ? x.permute({0, 2, 3, 1}).reshape({n, -1}) : x.reshape({n, -1});
     wm = nhwc ? w.permute({0, 2, 3, 1}).reshape({k, -1}) : w.reshape({k, -1});
-  } else {
-    rows = x.permute({0, 2, 3, 1}).reshape({-1, c});
+  } else {  // channels_last x: (N*H*W, C) is a plain view (the signature fixed its strides); fewer ops than reshape
+    rows = x.permute({0, 2, 3, 1}).view({-1, c});
     wm = w.reshape({k, c});
   }
   at::Tensor y2 = b.has_value() ? at::addmm(*b, rows, wm.t()) : at::matmul(rows, wm.t());
   if (kind == kGemmFc) return nhwc ? y2.reshape({n, 1, 1, k}).permute({0, 3, 1, 2}) : y2.reshape({n, k, 1, 1});
-  return y2.reshape({n, h, wd, k}).permute({0, 3, 1, 2});
+  return y2.view({n, h, wd, k}).permute({0, 3, 1, 2});
 }
 
 class RouteTable {
