@@ -240,7 +240,8 @@ JOBS = {"paired": job_paired, "benchmark": job_benchmark, "warm": job_warm}
 def _child(args) -> int:
     for dtype in args.dtype.split(","):
         try:
-            result = JOBS[args.job](args.net, dtype, args.device)
+            kwargs = {"rounds": args.rounds} if args.job == "paired" else {}
+            result = JOBS[args.job](args.net, dtype, args.device, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a failed dtype is a result row; the next one still runs
             import traceback
 
@@ -259,7 +260,7 @@ def drive(args) -> None:
             dtypes = DTYPES if job != "benchmark" or net != "fpn" else ("float32",)
             # One process per (job, network): the dtypes share it (their shapes differ, so do PyTorch's plans).
             cmd = [sys.executable, __file__, "--child", "--job", job, "--net", net, "--dtype", ",".join(dtypes),
-                   "--device", args.device]  # fmt: skip
+                   "--device", args.device, "--rounds", str(args.rounds)]  # fmt: skip
             t0 = time.perf_counter()
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, check=False)
@@ -333,6 +334,7 @@ def main() -> None:
     p.add_argument("--jobs", default="paired,benchmark")
     p.add_argument("--device", default="cuda")
     p.add_argument("--timeout-s", type=float, default=240)
+    p.add_argument("--rounds", type=int, default=30, help="paired job: rotations of the three modes' single steps")
     p.add_argument("--summarize", default=None, help="print the table of a results file and stop")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--job", default=None, help=argparse.SUPPRESS)
