@@ -1,0 +1,110 @@
+"""How the runtime's prediction mode decides on problems it has no record of, scored on held-out records (CPU).
+
+    python benchmarks/switch_rule.py [--model models/h200-cudnn91900] [--margins 1.0,1.05,1.15,1.3,1.5]
+
+For every held-out problem of the model's records (the shapes its ranker and time model never trained on), the
+executor decides as it would for a problem it has no record of: the model's top 3 from the problem's candidate
+list, judged by their predicted times against PyTorch's default's with a margin (``MIN_PREDICTED_RATIO``) and the
+least gain per call (``min_gain_us``; the compiled path's host cost, which is nothing measurable, is taken as 0).
+The decision is then scored by the recorded times: what the step would cost against passing through.
+
+Prints, per margin: the share of problems switched, the geomean and the total of (time of the decision / PyTorch's
+default) over all problems, the share made slower than the default by more than 1% and 5%, and the geomean of the
+switched problems alone. The margin the runtime ships is the one where the total time gains most without making
+problems slower (the docs quote this table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+import warnings
+
+import torch
+
+
+class _Unrecorded:
+    """The selector as it sees a problem that its records lack (the candidates are the problem's own list)."""
+
+    def __init__(self, sel):
+        self._sel = sel
+
+    def __getattr__(self, name):
+        return getattr(self._sel, name)
+
+    def is_recorded(self, problem):
+        return False
+
+
+def held_out_problems(sel) -> list:
+    from algosel.learn.evaluate import is_test_shape
+    from algosel.problem import ConvProblem
+
+    keys = sorted(sel.catalogue.frame["problem_key"].unique())
+    problems = [ConvProblem.from_key(k) for k in keys]
+    test = is_test_shape([p.shape_key for p in problems])
+    return [p for p, t in zip(problems, test) if t]
+
+
+def score(sel, problems, margin: float, min_gain_us: float) -> dict:
+    from algosel.runtime import executor as ex_mod
+
+    ex_mod.MIN_PREDICTED_RATIO = margin
+    ex = ex_mod.Executor(selector=_Unrecorded(sel), cache=False, native=False, min_gain_us=min_gain_us, live=False)
+    ex.overhead_us = lambda problem, candidate_id: 0.0  # the compiled path (docs/hook.md: -1.8 to +0.9 us)
+    ratios, switched, picked_total, default_total, slower1, slower5 = [], [], 0.0, 0.0, 0, 0
+    for p in problems:
+        default_ms = sel.catalogue.time_ms(p.key, "pytorch:default")
+        if default_ms is None:
+            continue
+        d = ex._decide(p, torch.device("cpu"))
+        t = sel.catalogue.time_ms(p.key, d.candidate_id) if d.candidate_id != "pytorch:default" else default_ms
+        if t is None:
+            continue
+        r = t / default_ms
+        ratios.append(r)
+        picked_total += t
+        default_total += default_ms
+        slower1 += r > 1.01
+        slower5 += r > 1.05
+        if d.candidate_id != "pytorch:default":
+            switched.append(r)
+    n = len(ratios)
+
+    def gm(v):
+        return math.exp(statistics.fmean(math.log(x) for x in v)) if v else float("nan")
+
+    return {"margin": margin, "problems": n, "switched": len(switched) / n, "geomean_vs_default": gm(ratios),
+            "total_vs_default": picked_total / default_total, "slower_1pct": slower1 / n, "slower_5pct": slower5 / n,
+            "geomean_of_switched": gm(switched)}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="a model directory (default: the shipped model)")
+    p.add_argument("--margins", default="1.0,1.05,1.1,1.15,1.3,1.5,2.0")
+    p.add_argument("--min-gain-us", type=float, default=2.0)
+    args = p.parse_args()
+    from algosel.learn.models import load_default
+    from algosel.learn.selector import Selector
+
+    warnings.simplefilter("ignore")  # the model's coverage warnings: every problem here is inside its records
+    sel = Selector.load(args.model) if args.model else load_default()
+    if sel.time_model is None:
+        raise SystemExit(f"{args.model or 'the shipped model'} has no time model: prediction mode passes through")
+    problems = held_out_problems(sel)
+    print(f"{len(problems)} held-out problems; min gain {args.min_gain_us} us per call")
+    print("| margin | switched | geomean x default | total x default | slower > 1% | slower > 5% | switched: geomean |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for m in map(float, args.margins.split(",")):
+        t0 = time.perf_counter()
+        r = score(sel, problems, m, args.min_gain_us)
+        print(f"| {m:.2f} | {r['switched']:.1%} | {r['geomean_vs_default']:.3f} | {r['total_vs_default']:.3f} | "
+              f"{r['slower_1pct']:.1%} | {r['slower_5pct']:.1%} | {r['geomean_of_switched']:.3f} |"
+              f"  ({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
