@@ -35,7 +35,7 @@ from algosel.learn.artifact import (
     save_artifact,
     space_of,
 )
-from algosel.learn.features import candidate_matrix, hardware_vector, problem_vector
+from algosel.learn.features import assemble, hardware_vector, listed_candidate_matrix
 from algosel.learn.ranker import Ranker
 from algosel.learn.rules import allowed, on_shortlist
 from algosel.problem import ConvProblem
@@ -254,7 +254,7 @@ class Selector:
             eligible = [
                 i for i, r in enumerate(all_rows) if on_shortlist(r["space"], r["rank_a"], r["rank_b"], shortlist)
             ]
-            cached = (eligible, candidate_matrix([all_rows[i] for i in eligible]))
+            cached = (eligible, listed_candidate_matrix([all_rows[i] for i in eligible], all_rows))
             if mkey is not None:
                 self._matrices[mkey] = cached
         eligible, matrix = cached
@@ -269,8 +269,7 @@ class Selector:
                 f"(max_workspace_bytes={max_workspace_bytes}, deterministic={deterministic})"
             )
         rows = [all_rows[i] for i in keep]
-        n = len(keep)
-        X = np.hstack([np.tile(problem_vector(problem), (n, 1)), matrix[positions], np.tile(self._hardware, (n, 1))])
+        X = assemble(problem, matrix[positions], self.environment, self._hardware)
         scores = self.ranker.score(X)
         order = np.argsort(-scores, kind="stable")[: max(1, top_k)]
         why = self.coverage(problem, source)
