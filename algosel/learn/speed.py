@@ -1,0 +1,80 @@
+"""How long a selector takes to answer a problem it has not seen, on one CPU core.
+
+``benchmarks/predict_speed.py`` prints these numbers for a saved model; ``algosel train`` uses the same
+measurement to refuse a tuned setting whose first prediction is slower than :data:`PREDICT_BUDGET_US` (a
+prediction is paid on the host whenever a framework meets a new shape). A first prediction is what the runtime
+asks for a new shape: the choice (:meth:`Selector.choose`, with its predicted time where the model has a time
+model) and the predicted time of PyTorch's default beside it (where the model covers PyTorch's default).
+
+``algosel train`` reads the thread's CPU time (:func:`time.thread_time`), not the wall clock: on a machine shared
+with other work, the wall clock also counts the time the process waited for a core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from algosel.learn.selector import DEFAULT_ID
+from algosel.measure.grid import GridSpec, sample_grid
+from algosel.problem import ConvProblem
+
+if TYPE_CHECKING:  # for annotations only
+    from algosel.learn.selector import Selector
+
+#: The longest first prediction (median, one core) ``algosel train`` accepts, in microseconds.
+PREDICT_BUDGET_US = 1000.0
+#: The seed of the problems timed: not the sweep's (0), so none of them is recorded.
+SPEED_SEED = 7
+
+
+@contextlib.contextmanager
+def one_core() -> Iterator[None]:
+    """Run the block pinned to one CPU core (where the OS allows it); the affinity is restored afterwards."""
+    if not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def new_problems(count: int = 300, seed: int = SPEED_SEED) -> list[ConvProblem]:
+    """``count`` grid shapes of ``seed`` in each of the three directions (``3 * count`` problems)."""
+    return [q for p in sample_grid(GridSpec(count=count, seed=seed)) for q in p.directions()]
+
+
+def first_prediction_us(
+    selector: Selector, problems: list[ConvProblem], clock: Callable[[], float] = time.perf_counter
+) -> np.ndarray:
+    """Microseconds of a first prediction (see the module docstring; offline, ``top_k=1``) of each problem after
+    the first, read on ``clock`` (seconds).
+
+    The first problem is answered once beforehand and not counted (LightGBM's first call sets up buffers). The
+    problems must be new to ``selector``: one already memoised would be timed as a repeat.
+    """
+    if not problems:
+        return np.empty(0)
+    # A legacy-algorithm model has no PyTorch default to compare with: its choice's time alone.
+    timed = selector.time_model is not None and "pytorch" in selector.spaces
+
+    def answer(p: ConvProblem) -> None:
+        selector.choose(p, live=False)
+        if timed:
+            selector.predicted_time_ms(p, [DEFAULT_ID])
+
+    answer(problems[0])
+    out = []
+    for p in problems[1:]:
+        t = clock()
+        answer(p)
+        out.append(1e6 * (clock() - t))
+    return np.array(out)
