@@ -159,3 +159,17 @@ def test_time_model_round_trip(slice_model, tmp_path):
     assert again.predicted_time_ms(p, ["pytorch:default"]) == pytest.approx(
         sel.predicted_time_ms(p, ["pytorch:default"])
     )
+
+
+def test_record_files_records_reports_but_never_the_model_files(model_copy):
+    from algosel.learn.artifact import record_files
+
+    (model_copy / "notes.csv").write_text("a,b\n1,2\n")
+    manifest = record_files(model_copy, ["notes.csv"])
+    assert manifest["files"]["notes.csv"] == describe_file(model_copy / "notes.csv")
+    assert verify_directory(model_copy) == []
+    for name in ("model.txt", TIME_MODEL_FILE, "catalogue.parquet", "manifest.json", "../x.csv"):
+        with pytest.raises(SelectorError, match="does not re-record"):
+            record_files(model_copy, [name])
+    with pytest.raises(SelectorError, match="missing"):
+        record_files(model_copy, ["absent.csv"])

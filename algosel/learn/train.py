@@ -103,6 +103,7 @@ def train(
     force: bool = False,
     time_params: TimeModelParams | None = None,
     predict_budget_us: float = PREDICT_BUDGET_US,
+    command: str | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Train and save a selector; returns its directory and a summary (also written into the manifest).
 
@@ -128,6 +129,8 @@ def train(
         The time model's hyperparameters (default: :class:`TimeModelParams` with ``base``'s number of threads).
     predict_budget_us : float
         The slowest median first prediction (one core) a tuned setting may have to be kept.
+    command : str, optional
+        The command line that trains it (``algosel train`` passes its own), written into the manifest and README.
 
     Raises
     ------
@@ -226,6 +229,7 @@ def train(
         # Numerical notes (nondeterministic, tensor_core...) are recorded only when the sweep could read them.
         "numeric_notes_recorded": bool(frame["notes"].str.contains("nondeterministic|tensor_core").any()),
         "spaces": spaces,
+        "command": command,
     }
     manifest = new_manifest(best, env, summary)
     # The reports travel in the same directory write as the model they describe.
@@ -240,6 +244,7 @@ def train(
 
 def _model_readme(name: str, summary: Mapping[str, Any], env: Mapping[str, Any]) -> str:
     scores = json.dumps(summary["test_scores"], indent=2)
+    made = f"\n\nMade by:\n\n```\n{summary['command']}\n```" if summary.get("command") else ""
     tm = summary.get("time_model") or {}
     cal = tm.get("test_calibration") or {}
     calibration_text = ""
@@ -263,7 +268,7 @@ def _model_readme(name: str, summary: Mapping[str, Any], env: Mapping[str, Any])
         f"# {name}\n\nA selector trained by `algosel train` on {summary['train_problems']} problems of "
         f"{env.get('gpu_name')} (cuDNN {env.get('cudnn')}, torch {env.get('torch')}); "
         f"{summary['test_problems']} problems of held-out shapes scored as below (time / best measured candidate)."
-        f"\n\n```\n{scores}\n```{calibration_text}{latency_text}\n\n"
+        f"{made}\n\n```\n{scores}\n```{calibration_text}{latency_text}\n\n"
         "Files: `model.txt` (LightGBM text model), `time_model.txt` (LightGBM regression of log2 device time), "
         "`manifest.json` (schema, parameters, data fingerprint, environment, scores, library versions, and the size "
         "and SHA-256 of every other file), `catalogue.parquet` (recorded candidates), `tuning.csv` "

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from algosel.files import write_bytes, write_text
-from algosel.learn.artifact import SelectorError
+from algosel.learn.artifact import SelectorError, record_files
 from algosel.learn.evaluate import (
     SELECTORS,
     Prepared,
@@ -107,7 +107,8 @@ def run_evaluation(
 ) -> str:
     """``algosel evaluate``: the shipped model on its held-out shapes, and leave-one-network-out; returns the
     text report and writes ``report.csv``, ``cells.csv``, ``top_k.csv``, ``top_k.png``, ``network_totals.csv`` and
-    ``report.json`` (each atomically).
+    ``report.json`` (each atomically). Where ``out`` is the model's own directory, its manifest's ``files`` records
+    the files written (:func:`~algosel.learn.artifact.record_files`), so that the directory stays verifiable.
 
     A model made for another GPU or cuDNN than the records' is refused (:class:`SelectorError`) unless ``force``:
     its engine configs and their speeds are specific to both, so its scores there would mean nothing. ``out``
@@ -226,6 +227,9 @@ def run_evaluation(
         written.append("network_totals.csv")
     write_text(out_dir / "report.json", json.dumps(result, indent=1, default=float) + "\n")
     written.append("report.json")
+    if out_dir.resolve() == Path(model_dir).resolve():
+        # The model's own directory (how its committed report is made): the manifest records the new files.
+        record_files(out_dir, written)
     lines += ["", "wrote " + ", ".join(str(out_dir / f) for f in written)]
     return "\n".join(lines)
 
