@@ -173,3 +173,40 @@ def test_record_files_records_reports_but_never_the_model_files(model_copy):
             record_files(model_copy, [name])
     with pytest.raises(SelectorError, match="missing"):
         record_files(model_copy, ["absent.csv"])
+
+
+def test_predicted_times_of_the_nearest_list_include_candidates_off_the_shortlist(slice_model):
+    sel = Selector.load(slice_model[0])
+    p = ConvProblem(n=20, c=48, k=80, h=30, w=30, r=3, s=3, pad_h=1, pad_w=1, dtype="float16", direction="bwd_filter")
+    assert not sel.is_recorded(p)
+    rows, source = sel.candidates_for(p, live=False)
+    assert source.startswith("nearest:")
+    shortlist = sel.manifest["shortlist_rank"]
+    off = [r["candidate_id"] for r in rows if r["space"] == "cudnn" and min(r["rank_a"], r["rank_b"]) >= shortlist]
+    assert off, "the nearest list has configs beyond the shortlist"
+    ids = [off[0], "pytorch:default"]
+    times = sel.predicted_time_ms(p, ids)  # nothing memoised yet: computed from the nearest list
+    assert list(times) == ids and all(t > 0 for t in times.values())
+    assert times == sel.predicted_time_ms(p, ids, rows=rows)
+
+
+def test_predicted_times_of_a_list_the_runtime_ranked(slice_model, slice_records):
+    """The runtime ranks cuDNN's live list (rank_rows), then asks for its top candidates' times and PyTorch's
+    default's without passing the list: ids the recorded lists lack are found in the ranked one."""
+    frame, _ = slice_records
+    sel = Selector.load(slice_model[0])
+    p = ConvProblem(n=24, c=40, k=88, h=28, w=28, r=3, s=3, pad_h=1, pad_w=1, dtype="float16")
+    nearest, _ = sel.candidates_for(p, live=False)
+    live = [dict(r, candidate_id=r["candidate_id"] + "_live") if r["space"] == "cudnn" else dict(r) for r in nearest]
+    ranked = sel.rank_rows(p, live)
+    ids = [c.candidate_id for c in ranked[:3]]
+    assert any(i.endswith("_live") for i in ids)
+    times = sel.predicted_time_ms(p, [*ids, "pytorch:default"])
+    assert times == pytest.approx(sel.predicted_time_ms(p, [*ids, "pytorch:default"], rows=live))
+    assert [times[i] for i in ids] == pytest.approx([c.predicted_time_ms for c in ranked[:3]])
+    # A live id off the shortlist was not predicted by rank_rows: computed from the ranked list.
+    off = [r["candidate_id"] for r in live if r["candidate_id"].endswith("_live")
+           and min(r["rank_a"], r["rank_b"]) >= sel.manifest["shortlist_rank"]]  # fmt: skip
+    assert off and sel.predicted_time_ms(p, off[:1])[off[0]] > 0
+    with pytest.raises(ValueError, match="is not a candidate"):
+        sel.predicted_time_ms(p, ["cudnn:nowhere"])

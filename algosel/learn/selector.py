@@ -50,6 +50,8 @@ from algosel.spaces import Candidate, get_space, space_names
 
 #: PyTorch's default's candidate id: the runtime compares a choice's predicted time with it.
 DEFAULT_ID = "pytorch:default"
+#: The key, beside a problem, of the times predicted for the list :meth:`Selector.rank_rows` ranked.
+RANKED = "ranked"
 
 
 @dataclass(frozen=True)
@@ -153,8 +155,10 @@ class Selector:
         self._listed = tuple(s for s in self.spaces if s in space_names() and get_space(s).from_lists)
         self._cache: dict[tuple, list[Choice]] = {}
         self._matrices: dict[tuple, tuple[list[int], np.ndarray]] = {}  # candidate feature rows per candidate list
-        self._times: dict[tuple, dict[str, float]] = {}  # predicted times by (problem, live), filled by choose()
+        # Predicted times by (problem, live) as choose() filled them, or (problem, RANKED) as rank_rows() did.
+        self._times: dict[tuple, dict[str, float]] = {}
         self._nearest_rows: dict[str, list[dict[str, Any]]] = {}  # a nearest problem's rows, as new problems get them
+        self._ranked_rows: dict[ConvProblem, list[dict[str, Any]]] = {}  # the last list rank_rows ranked per problem
         self._hardware = hardware_vector(self.environment)
 
     # ------------------------------------------------------------------------------------------ persistence
@@ -272,8 +276,15 @@ class Selector:
     def rank_rows(
         self, problem: ConvProblem, rows: list[dict[str, Any]], max_workspace_bytes: int | None = None
     ) -> list[Choice]:
-        """Rank an explicit candidate list (e.g. cuDNN's live list, as the runtime hook has it), best first."""
-        return self._rank(problem, rows, "live", None, max_workspace_bytes, False, len(rows))
+        """Rank an explicit candidate list (e.g. cuDNN's live list, as the runtime hook has it), best first.
+
+        The list is remembered for :meth:`predicted_time_ms` (the runtime ranks a live list, then asks for the
+        predicted times of its top candidates and PyTorch's default without passing the list again)."""
+        if self.time_model is not None:
+            self._ranked_rows[problem] = rows
+        return self._rank(
+            problem, rows, "live", None, max_workspace_bytes, False, len(rows), time_key=(problem, RANKED)
+        )
 
     def _rank(
         self, problem, all_rows, source, mkey, max_workspace_bytes, deterministic, top_k, time_key=None
@@ -355,8 +366,11 @@ class Selector:
         candidate_ids : sequence of str
             Ids of candidates in the list.
         rows : list of dict, optional
-            The candidate list (e.g. cuDNN's live list, as :meth:`rank_rows` takes it); default: the list
-            :meth:`choose` ranks (:meth:`candidates_for` with ``live``).
+            The candidate list (e.g. cuDNN's live list, as :meth:`rank_rows` takes it). Default: the times
+            :meth:`choose` (with ``live``) or :meth:`rank_rows` predicted for the problem where they hold every id
+            asked for; else the list :meth:`choose` ranks (:meth:`candidates_for` with ``live``: offline, the
+            nearest recorded problem's list with GEMM lowering and PyTorch's default), or, for ids that list
+            lacks, the last list :meth:`rank_rows` ranked for the problem.
         live : bool
             Passed to :meth:`candidates_for` when ``rows`` is not given.
 
@@ -372,10 +386,14 @@ class Selector:
                 "this model has no time model (trained before it existed); retrain with `algosel train`"
             )
         if rows is None:
-            known = self._times.get((problem, live), {})
-            if all(c in known for c in candidate_ids):  # all predicted already, by choose()
-                return {c: known[c] for c in candidate_ids}
+            for key in ((problem, live), (problem, RANKED)):
+                known = self._times.get(key, {})
+                if all(c in known for c in candidate_ids):  # all predicted already, by choose() or rank_rows()
+                    return {c: known[c] for c in candidate_ids}
             rows, _ = self.candidates_for(problem, live=live)
+            ranked = self._ranked_rows.get(problem)
+            if ranked is not None and not {r["candidate_id"] for r in rows} >= set(candidate_ids):
+                rows = ranked  # ids of a list the runtime ranked (cuDNN's live one), not of the recorded ones
         index = {r["candidate_id"]: r for r in rows}
         missing = [c for c in candidate_ids if c not in index]
         if missing:
