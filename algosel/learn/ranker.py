@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from algosel.learn.features import CATEGORICAL_FEATURES, FEATURE_NAMES, frame_features
+from algosel.learn.rowpredict import row_predictor
 from algosel.learn.rules import SHORTLIST_RANK, shortlist_mask
 from algosel.records.analysis import ok_mask
 
@@ -147,7 +148,7 @@ class Ranker:
         """Higher is better, for either objective."""
         if self.booster_ is None:
             raise RuntimeError("Ranker is not fitted: call fit() or load a trained model first")
-        raw = self.booster_.predict(X, num_threads=1)
+        raw = row_predictor(self, self.booster_).predict(X)  # Booster.predict(X, num_threads=1), set up once
         return raw if self.params.objective == "lambdarank" else -raw
 
 

@@ -30,6 +30,7 @@ import pandas as pd
 from algosel.files import write_text
 from algosel.learn.artifact import verified_bytes
 from algosel.learn.features import CATEGORICAL_FEATURES, FEATURE_NAMES
+from algosel.learn.rowpredict import row_predictor
 from algosel.records.analysis import ok_mask
 
 #: The time model's file in a model directory.
@@ -109,6 +110,8 @@ class TimeModel:
         of many rows may use more)."""
         if self.booster_ is None:
             raise RuntimeError("TimeModel is not fitted: call fit_prepared() or load a trained model first")
+        if num_threads == 1:  # the prediction path: a few rows, set up once
+            return row_predictor(self, self.booster_).predict(X)
         return self.booster_.predict(X, num_threads=num_threads)
 
     def predict_ms(self, X: np.ndarray) -> np.ndarray:
