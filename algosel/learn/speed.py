@@ -1,8 +1,9 @@
 """How long a selector takes to answer a problem it has not seen, on one CPU core.
 
 ``benchmarks/predict_speed.py`` prints these numbers for a saved model; ``algosel train`` uses the same
-measurement to refuse a tuned setting whose first prediction is slower than :data:`PREDICT_BUDGET_US` (a
-prediction is paid on the host whenever a framework meets a new shape). A first prediction is what the runtime
+measurement, on the same problems, to refuse a tuned setting whose first prediction is slower than
+:data:`TUNING_BUDGET_US` (:data:`PREDICT_BUDGET_US` less a margin for the measurement's spread; a prediction is
+paid on the host whenever a framework meets a new shape). A first prediction is what the runtime
 asks for a new shape: the choice (:meth:`Selector.choose`, with its predicted time where the model has a time
 model) and the predicted time of PyTorch's default beside it (where the model covers PyTorch's default).
 
@@ -29,8 +30,17 @@ from algosel.problem import ConvProblem
 if TYPE_CHECKING:  # for annotations only
     from algosel.learn.selector import Selector
 
-#: The longest first prediction (median, one core) ``algosel train`` accepts, in microseconds.
+#: The longest first prediction (median, one core) a shipped model may take, in microseconds (the selector issue's
+#: requirement, as ``benchmarks/predict_speed.py`` measures it: wall clock).
 PREDICT_BUDGET_US = 1000.0
+#: What ``algosel train`` holds a tuned setting to: the budget less a margin for the measurement's spread. On this
+#: project's 2-core CPU machine the benchmark's wall-clock median of one model was 5-12% above train's CPU-time
+#: median of it (255 leaves x 150 trees: 901 us in train, 981-1012 us in three benchmark runs), and one model's
+#: benchmark median moved by up to 10% between runs; a setting measured at the budget itself is over it as often
+#: as not.
+TUNING_BUDGET_US = 0.85 * PREDICT_BUDGET_US
+#: Grid shapes (x 3 directions) timed: the benchmark's problems, so that train and benchmark time the same ones.
+SPEED_SHAPES = 300
 #: The seed of the problems timed: not the sweep's (0), so none of them is recorded.
 SPEED_SEED = 7
 
@@ -49,7 +59,7 @@ def one_core() -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-def new_problems(count: int = 300, seed: int = SPEED_SEED) -> list[ConvProblem]:
+def new_problems(count: int = SPEED_SHAPES, seed: int = SPEED_SEED) -> list[ConvProblem]:
     """``count`` grid shapes of ``seed`` in each of the three directions (``3 * count`` problems)."""
     return [q for p in sample_grid(GridSpec(count=count, seed=seed)) for q in p.directions()]
 

@@ -2,7 +2,7 @@
 
 The score is the geomean time ratio of the pick (time of the model's choice over the best measured candidate) on
 out-of-fold problems. The setting with the best score is kept, unless its first prediction of a new problem is
-slower than the latency budget (:data:`algosel.learn.speed.PREDICT_BUDGET_US`, on one core): then the next best
+slower than the latency budget (:data:`algosel.learn.speed.TUNING_BUDGET_US`, on one core): then the next best
 setting that answers in time (:func:`within_budget`). Accuracy is not traded for a smaller model otherwise.
 """
 
