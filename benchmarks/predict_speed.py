@@ -9,6 +9,8 @@
   ``algosel train`` holds against its latency budget);
 - the predicted time of PyTorch's default for a new problem (``Selector.predicted_time_ms``), as the runtime
   asks it beside the choice;
+- the estimate ``algosel train`` holds a tuned setting to (:func:`algosel.learn.speed.estimated_first_prediction_us`,
+  from the tree nodes the first predictions walk);
 - repeated prediction: the same problem again (memoised), timed with ``timeit``;
 - the model's final fit time on the full training set, as ``algosel train`` measured it (manifest).
 
@@ -39,7 +41,7 @@ def main() -> None:
     import algosel
     from algosel.learn.models import default_model_dir
     from algosel.learn.selector import Selector
-    from algosel.learn.speed import first_prediction_us, new_problems
+    from algosel.learn.speed import estimated_first_prediction_us, first_prediction_nodes, first_prediction_us, new_problems
 
     model_dir = Path(args.model) if args.model else default_model_dir()
     t0 = time.perf_counter()
@@ -56,6 +58,8 @@ def main() -> None:
             t = time.perf_counter()
             fresh.predicted_time_ms(q, ["pytorch:default"])
             default_us.append(1e6 * (time.perf_counter() - t))
+    # What `algosel train` holds a setting to: the estimate from the tree nodes walked (a fresh selector again).
+    nodes = first_prediction_nodes(Selector.load(model_dir, force=True), problems)
     p = problems[1]
     algosel.predict(p, model=selector, live=False)
     n = 200_000
@@ -73,6 +77,11 @@ def main() -> None:
             f"predicted time of PyTorch's default, new problem: median {statistics.median(default_us):.0f} us, "
             f"p95 {np.percentile(default_us, 95):.0f} us"
         )
+    print(
+        f"estimated as `algosel train` estimates it: {estimated_first_prediction_us(nodes):.0f} us "
+        f"({nodes['total']:.0f} tree nodes per problem: ranker {nodes['ranker']:.0f} over "
+        f"{nodes['ranker_rows']:.1f} candidates, time model {nodes['time_model']:.0f})"
+    )
     print(f"repeated prediction (memoised): {repeated_us:.2f} us")
     print(
         f"final fit on the training set: {manifest.get('final_fit_seconds')} s "

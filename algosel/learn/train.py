@@ -36,7 +36,7 @@ from algosel.learn.evaluate import TEST_FRACTION, Prepared, is_test_shape, pick_
 from algosel.learn.ranker import Ranker, RankerParams, fingerprint
 from algosel.learn.rules import SHORTLIST_RANK
 from algosel.learn.selector import Selector, blocked_engines, build_catalogue
-from algosel.learn.speed import TUNING_BUDGET_US, first_prediction_us, new_problems, one_core
+from algosel.learn.speed import PREDICT_BUDGET_US, estimated_first_prediction_us, first_prediction_nodes, new_problems
 from algosel.learn.time_model import TIME_MODEL_FILE, TimeModel, TimeModelParams, calibration
 from algosel.learn.tuning import tune, within_budget
 from algosel.records.environment import gpu_slug
@@ -100,7 +100,7 @@ def train(
     name: str | None = None,
     force: bool = False,
     time_params: TimeModelParams | None = None,
-    predict_budget_us: float = TUNING_BUDGET_US,
+    predict_budget_us: float = PREDICT_BUDGET_US,
     command: str | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Train and save a selector; returns its directory and a summary (also written into the manifest).
@@ -126,7 +126,8 @@ def train(
     time_params : TimeModelParams, optional
         The time model's hyperparameters (default: :class:`TimeModelParams` with ``base``'s number of threads).
     predict_budget_us : float
-        The slowest median first prediction (one core) a tuned setting may have to be kept.
+        The slowest first prediction (one core, as :func:`~algosel.learn.speed.estimated_first_prediction_us`
+        estimates it) a tuned setting may have to be kept.
     command : str, optional
         The command line that trains it (``algosel train`` passes its own), written into the manifest and README.
 
@@ -168,21 +169,21 @@ def train(
         partial = {"environment": env, "shortlist_rank": SHORTLIST_RANK, "spaces": spaces, "blocked_engines": blocked}
         return Selector(fitted, partial, catalogue, time_model)
 
+    nodes: dict[int, dict[str, float]] = {}
+
     def latency_us(sel: Selector) -> float:
-        # The smaller median of two runs, the second on a fresh selector (nothing memoised): on a shared machine a
-        # busy neighbour only ever slows a run down.
-        again = Selector(sel.ranker, sel.manifest, catalogue, sel.time_model)
-        with one_core():
-            return float(
-                min(np.median(first_prediction_us(s, new_problems(), clock=time.thread_time)) for s in (sel, again))
-            )
+        # Estimated from the tree nodes walked, not timed: the same model from the same command on any machine.
+        nodes[id(sel.ranker)] = first_prediction_nodes(sel, new_problems())
+        return estimated_first_prediction_us(nodes[id(sel.ranker)])
 
     try:
         _, tuning = tune(train_prep, grid or DEFAULT_GRID, base, folds=folds, frame=frame, progress=progress)
         t_time = time.perf_counter()
         time_model = TimeModel(time_params).fit_prepared(train_prep.data, train_prep.X)
         time_fit_s = time.perf_counter() - t_time
-        best, fitted, tuning = within_budget(tuning, base, fit, latency_us, predict_budget_us)
+        best, fitted, tuning = within_budget(
+            tuning, base, fit, latency_us, predict_budget_us, column="predict_us_estimate"
+        )
     except lgb.basic.LightGBMError as exc:  # e.g. a cross-validation fold left without training shapes
         raise RecordsError(f"{', '.join(map(str, data))}: LightGBM cannot train on these records ({exc})") from None
     ranker = fitted.ranker
@@ -212,7 +213,9 @@ def train(
         "test_invalid_top1": float(table["invalid_top1"].mean()),
         "test_wrong_top1": float(table["wrong_top1"].mean()),
         "final_fit_seconds": round(fit_s, 1),
-        "first_prediction_us_median": float(tuning.loc[tuning["chosen"], "predict_us"].iloc[0]),
+        # Estimated (algosel.learn.speed); benchmarks/predict_speed.py times it.
+        "first_prediction_us_estimate": float(tuning.loc[tuning["chosen"], "predict_us_estimate"].iloc[0]),
+        "first_prediction_nodes": nodes[id(ranker)],
         "time_model": {
             "file": TIME_MODEL_FILE,
             "target": "log2(time_ms)",
@@ -261,9 +264,10 @@ def _model_readme(name: str, summary: Mapping[str, Any], env: Mapping[str, Any])
             "\n\nPredicted device times (`time_model.txt`) on the held-out problems, |predicted / measured - 1| "
             "from the median and p90 of |log2 error|: " + "; ".join(parts) + "."
         )
-    latency = summary.get("first_prediction_us_median")
+    latency = summary.get("first_prediction_us_estimate")
     latency_text = (
-        f"\n\nFirst prediction of a new problem (one core, median, as tuning measured it): {latency:.0f} us."
+        f"\n\nFirst prediction of a new problem on one core, as tuning estimates it from the tree nodes walked "
+        f"(`algosel.learn.speed`): {latency:.0f} us; `benchmarks/predict_speed.py` times it."
         if latency is not None and latency == latency
         else ""
     )
@@ -275,6 +279,6 @@ def _model_readme(name: str, summary: Mapping[str, Any], env: Mapping[str, Any])
         "Files: `model.txt` (LightGBM text model), `time_model.txt` (LightGBM regression of log2 device time), "
         "`manifest.json` (schema, parameters, data fingerprint, environment, scores, library versions, and the size "
         "and SHA-256 of every other file), `catalogue.parquet` (recorded candidates), `tuning.csv` "
-        "(cross-validation of the tuning grid, with the first-prediction latency of the settings tried), "
+        "(cross-validation of the tuning grid, with the estimated first-prediction latency of the settings tried), "
         "`test_report.csv` (the held-out comparison).\n"
     )

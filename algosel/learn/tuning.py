@@ -2,8 +2,9 @@
 
 The score is the geomean time ratio of the pick (time of the model's choice over the best measured candidate) on
 out-of-fold problems. The setting with the best score is kept, unless its first prediction of a new problem is
-slower than the latency budget (:data:`algosel.learn.speed.TUNING_BUDGET_US`, on one core): then the next best
-setting that answers in time (:func:`within_budget`). Accuracy is not traded for a smaller model otherwise.
+slower than the latency budget (:data:`algosel.learn.speed.PREDICT_BUDGET_US` on one core, as
+:func:`algosel.learn.speed.estimated_first_prediction_us` estimates it): then the next best setting that answers
+in time (:func:`within_budget`). Accuracy is not traded for a smaller model otherwise.
 """
 
 from __future__ import annotations
@@ -71,23 +72,24 @@ def within_budget(
     fit: Callable[[RankerParams], T],
     latency_us: Callable[[T], float],
     budget_us: float,
+    column: str = "predict_us",
 ) -> tuple[RankerParams, T, pd.DataFrame]:
     """The best-scored setting of a :func:`tune` table whose first prediction is within ``budget_us``.
 
-    Settings are tried best score first: each is fitted (``fit``) and timed (``latency_us``, the median first
-    prediction of a new problem on one core); the first within budget is kept. Where none is, the fastest of
-    those tried is kept. Returns its parameters, what ``fit`` returned for it, and the table with the measured
-    ``predict_us`` (NaN where not tried) and ``chosen`` updated.
+    Settings are tried best score first: each is fitted (``fit``) and its first prediction of a new problem on
+    one core is timed or estimated (``latency_us``); the first within budget is kept. Where none is, the fastest of
+    those tried is kept. Returns its parameters, what ``fit`` returned for it, and the table with the latencies in
+    ``column`` (NaN where not tried) and ``chosen`` updated.
     """
     if table.empty:
         raise ValueError("within_budget needs at least one tuned setting")
     out = table.copy()
-    out["predict_us"] = np.nan
+    out[column] = np.nan
     tried: list[tuple[float, int, T]] = []
     for row in range(len(out)):
         fitted = fit(setting(out, row, base))
         us = float(latency_us(fitted))
-        out.at[row, "predict_us"] = us
+        out.at[row, column] = us
         tried.append((us, row, fitted))
         if us <= budget_us:
             break
