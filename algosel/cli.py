@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -331,6 +332,7 @@ def cmd_train(args) -> int:
         progress=not args.no_progress,
         name=args.name,
         force=args.force,
+        command="algosel " + shlex.join(args.argv),
     )
     best = next(row for row in summary["tuning"] if row.get("chosen", True))
     print(

@@ -19,8 +19,10 @@ def slice_records():
 
 @pytest.fixture(scope="session")
 def slice_model(tmp_path_factory):
-    """A quickly trained selector on the slice (LambdaRank, 40 trees), saved to a temporary directory."""
+    """A quickly trained selector on the slice (LambdaRank, 40 trees; a time model of 40 trees of 31 leaves), saved
+    to a temporary directory."""
     from algosel.learn.ranker import RankerParams
+    from algosel.learn.time_model import TimeModelParams
     from algosel.learn.train import train
 
     root = tmp_path_factory.mktemp("models")
@@ -32,5 +34,6 @@ def slice_model(tmp_path_factory):
         folds=2,
         progress=False,
         name="slice",
+        time_params=TimeModelParams(n_estimators=40, num_leaves=31),
     )
     return out, summary

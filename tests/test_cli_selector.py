@@ -7,6 +7,7 @@ import json
 from conftest import SLICE
 
 from algosel.cli import main
+from algosel.learn.artifact import verify_directory
 
 
 def test_train_evaluate_predict(tmp_path, capsys):
@@ -33,6 +34,9 @@ def test_train_evaluate_predict(tmp_path, capsys):
     assert "wrote" in out and "held-out model" in out
     model = tmp_path / "m"
     assert (model / "model.txt").is_file() and (model / "tuning.csv").is_file()
+    manifest = json.loads((model / "manifest.json").read_text())
+    command = f"algosel train {SLICE} --models {tmp_path} --name m --quick --n-estimators 30 --folds 2 --no-progress"
+    assert manifest["command"] == command and f"\n{command}\n" in (model / "README.md").read_text()
 
     reports = tmp_path / "reports"
     assert main(["evaluate", "--model", str(model), "--data", str(SLICE), "--out", str(reports), "--no-progress"]) == 0
@@ -41,6 +45,16 @@ def test_train_evaluate_predict(tmp_path, capsys):
     report = json.loads((reports / "report.json").read_text())
     assert {"test", "lono", "network_totals"} <= set(report)
     assert (reports / "network_totals.csv").is_file() and (reports / "report.csv").is_file()
+    assert "files" not in report and verify_directory(model) == []
+
+    # Into the model's own directory (how a shipped model's report is made): the manifest records what it wrote.
+    assert main(["evaluate", "--model", str(model), "--data", str(SLICE), "--out", str(model), "--no-lono",
+                 "--no-progress"]) == 0  # fmt: skip
+    capsys.readouterr()
+    files = json.loads((model / "manifest.json").read_text())["files"]
+    assert {"report.csv", "cells.csv", "top_k.csv", "top_k.png", "report.json"} <= set(files)
+    assert sorted(files) == sorted(p.name for p in model.iterdir() if p.name != "manifest.json")
+    assert verify_directory(model) == []
 
     assert (
         main(

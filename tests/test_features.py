@@ -9,14 +9,19 @@ import pytest
 
 from algosel.learn.features import (
     CANDIDATE_FEATURES,
+    CATEGORICAL_FEATURES,
     FEATURE_NAMES,
     KNOB_IDS,
+    LIST_FEATURES,
     PROBLEM_FEATURES,
+    TILE_FEATURES,
     candidate_vector,
     feature_matrix,
     frame_features,
     hardware_vector,
+    list_context,
     problem_vector,
+    tile_vector,
 )
 from algosel.problem import ConvProblem
 from algosel.spaces.cudnn_graph import parse_knobs
@@ -120,3 +125,72 @@ def test_training_and_prediction_paths_build_identical_rows(slice_records):
     via_problem = feature_matrix(ConvProblem.from_key(key), rows.to_dict("records"), env)
     assert via_frame.shape == (len(rows), len(FEATURE_NAMES))
     np.testing.assert_array_equal(via_frame, via_problem)
+
+
+def _cand(cid, engine, ra=-1, rb=-1, rf=-1, space="cudnn", status="ok"):
+    return {"candidate_id": cid, "space": space, "engine_id": engine, "knobs": "", "rank_a": ra, "rank_b": rb,
+            "rank_fallback": rf, "notes": "", "status": status}  # fmt: skip
+
+
+LIST = [
+    _cand("cudnn:eng7_k2=1", 7, ra=1, rb=0),
+    _cand("cudnn:eng65_k2=1", 65, ra=0, rb=2, status="build_failed"),  # A's first, whatever its status
+    _cand("cudnn:eng65_k2=2", 65, ra=2, rb=1, rf=0),
+    _cand("cudnn:eng0", 0, rf=1),
+    _cand("pytorch:default", -1, space="pytorch"),
+]
+
+
+def test_list_context_of_a_known_list():
+    assert list_context(LIST) == (65.0, 7.0, 3.0, 3.0, 2.0)
+    assert all(math.isnan(v) for v in list_context([LIST[3]])[:2])  # no A or B list: no first engines
+
+
+def test_list_columns_describe_the_whole_list_even_for_a_shortlist():
+    env = {"sm_count": 132}
+    whole = feature_matrix(P, LIST, env)
+    names = list(FEATURE_NAMES)
+    col = {n: names.index(n) for n in LIST_FEATURES}
+    assert whole[:, col["list_engine_a0"]].tolist() == [65.0] * 5
+    assert whole[:, col["list_len_fallback"]].tolist() == [2.0] * 5
+    assert whole[:, col["shares_engine_a0"]].tolist() == [0, 1, 1, 0, 0]
+    assert whole[:, col["shares_engine_b0"]].tolist() == [1, 0, 0, 0, 0]
+    # Scoring two of them: the same rows as in the whole list.
+    part = feature_matrix(P, [LIST[2], LIST[4]], env, list_rows=LIST)
+    np.testing.assert_array_equal(part, whole[[2, 4]])
+    alone = feature_matrix(P, [LIST[2], LIST[4]], env)
+    assert alone[0, col["list_len_a"]] == 1.0  # without list_rows the two are the list
+
+
+def test_tile_features_of_a_known_problem():
+    fwd = ConvProblem(n=2, c=64, k=200, h=16, w=16, r=1, s=1)  # M = 2*16*16 = 512, N = 200, K = 64
+    f = named(tile_vector(fwd, 132), TILE_FEATURES)
+    assert f["log2_tiles_64"] == math.log2(8 * 4) and f["waves_64"] == 1
+    assert f["wave_occupancy_64"] == pytest.approx(32 / 132)
+    assert f["tile_fill_64"] == pytest.approx(512 * 200 / (512 * 256))
+    assert f["log2_tiles_256"] == 1.0 and f["tile_fill_256"] == pytest.approx(512 * 200 / (512 * 256))
+    assert f["k_fill"] == 1.0
+    many = named(tile_vector(ConvProblem(n=64, c=64, k=512, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1), 132),
+                 TILE_FEATURES)  # fmt: skip
+    tiles = (64 * 56 * 56 // 128) * (512 // 128)
+    assert many["waves_128"] == -(-tiles // 132) and many["wave_occupancy_128"] == pytest.approx(
+        tiles / (many["waves_128"] * 132)
+    )
+    unknown = named(tile_vector(fwd, math.nan), TILE_FEATURES)
+    assert math.isnan(unknown["waves_64"]) and unknown["log2_tiles_64"] == 5.0
+
+
+def test_list_engines_are_categories():
+    assert {"list_engine_a0", "list_engine_b0", "engine_code"} <= set(CATEGORICAL_FEATURES)
+    assert set(CATEGORICAL_FEATURES) <= set(FEATURE_NAMES)
+
+
+def test_frame_features_keep_the_frame_order(slice_records):
+    frame, envs = slice_records
+    keys = frame["problem_key"].unique()[:2]
+    rows = frame[frame["problem_key"].isin(keys)]
+    shuffled = rows.sample(frac=1.0, random_state=0)
+    np.testing.assert_array_equal(
+        frame_features(shuffled, envs), frame_features(rows, envs)[[rows.index.get_loc(i) for i in shuffled.index]]
+    )
+    assert frame_features(rows.iloc[:0], envs).shape == (0, len(FEATURE_NAMES))

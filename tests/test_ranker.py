@@ -19,9 +19,34 @@ from algosel.learn.evaluate import (
 from algosel.learn.ranker import MAX_RELEVANCE, Ranker, RankerParams, relevance, with_ratios
 
 
-def test_relevance_grades():
-    got = relevance(np.array([1.0, 1.05, 1.2, 2.0, np.inf]))
-    assert got.tolist() == [MAX_RELEVANCE, 14, 10, 0, 0]
+def test_relevance_grades_fall_linearly_in_log_time_to_zero_at_32x():
+    got = relevance(np.array([1.0, 1.05, 1.2, 2.0, 16.0, 32.0, 100.0, np.inf]))
+    assert MAX_RELEVANCE == 30
+    assert got.tolist() == [30, 30, 28, 24, 6, 0, 0, 0]
+
+
+def test_the_ranker_learns_from_the_shortlist_only(slice_records, monkeypatch):
+    import lightgbm as lgb
+
+    from algosel.learn.rules import shortlist_mask
+
+    frame, envs = slice_records
+    prep = Prepared.build(frame, envs)
+    seen = []
+    real = lgb.Dataset
+
+    def spy(X, label, **kw):
+        seen.append((len(X), kw.get("group")))
+        return real(X, label, **kw)
+
+    monkeypatch.setattr(lgb, "Dataset", spy)
+    Ranker(RankerParams(n_estimators=2)).fit_prepared(prep.data, prep.X)
+    rows, group = seen[0]
+    on = shortlist_mask(prep.data)
+    assert rows == on.sum() < len(prep.data)
+    assert group.sum() == rows and len(group) == prep.data["problem_key"].nunique()
+    Ranker(RankerParams(n_estimators=2)).fit_prepared(prep.data, prep.X, shortlist_rank=None)
+    assert seen[1][0] == len(prep.data)
 
 
 def _frame(rows):

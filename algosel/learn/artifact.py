@@ -30,7 +30,7 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
-from algosel.files import atomic_directory, describe_file, sha256_file
+from algosel.files import atomic_directory, describe_file, sha256_file, write_text
 from algosel.learn.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from algosel.learn.ranker import Ranker, RankerParams
 from algosel.records.catalogue import CATALOGUE_COLUMNS
@@ -166,6 +166,34 @@ def verify_directory(directory: str | Path) -> list[str]:
         elif path.stat().st_size != entry.get("bytes") or sha256_file(path) != entry.get("sha256"):
             problems.append(f"{path}: differs from the manifest")
     return problems
+
+
+def record_files(directory: str | Path, names: list[str]) -> dict[str, Any]:
+    """Record the size and SHA-256 of the files ``names`` of a model directory in its manifest's ``files`` (the
+    manifest rewritten atomically); the other entries are kept as they were, unchecked.
+
+    For reports written into a model directory after it was saved (``algosel evaluate --out`` the model's own
+    directory): the model, time model and catalogue are never re-recorded this way.
+
+    Raises
+    ------
+    SelectorError
+        For a name the directory lacks, or one of the model's own files.
+    """
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    files = dict(manifest.get("files") or {})
+    protected = {MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE, str((manifest.get("time_model") or {}).get("file", ""))}
+    for name in names:
+        path = directory / name
+        if name in protected or Path(name).name != name:
+            raise SelectorError(f"{directory}: record_files does not re-record {name!r}")
+        if not path.is_file():
+            raise SelectorError(f"{path}: missing; cannot record it in the manifest")
+        files[name] = describe_file(path)
+    full = {**manifest, "files": dict(sorted(files.items()))}
+    write_text(directory / MANIFEST_FILE, json.dumps(full, indent=2, sort_keys=True, default=str) + "\n")
+    return full
 
 
 def load_artifact(directory: str | Path) -> Artifact:

@@ -10,6 +10,11 @@
 A pick is the highest-scored candidate that ran correctly: a candidate that fails to build or run is
 detected by the runtime and falls through to the next, like frameworks do with cuDNN's list. How often the top
 pick was not valid is reported (``invalid_top1``; ``wrong_top1`` for silent wrong results).
+
+Besides geomean, p95, worst, share within 5% and top-1 of the time ratio, every table has the *total-time ratio*
+(sum of the picked candidates' times over the sum of the best ones': what a user running all those convolutions
+once would lose), and :func:`cell_table` breaks them down per direction x dtype x layout. :func:`top_k_curve`
+is the measured shortlist: time the model's k best-scored candidates once and keep the fastest.
 """
 
 from __future__ import annotations
@@ -27,13 +32,19 @@ from algosel.learn.features import frame_features
 from algosel.learn.ranker import Ranker, RankerParams, with_ratios
 from algosel.learn.rules import SHORTLIST_RANK, shortlist_mask
 from algosel.problem import SHAPE_FIELDS, ConvProblem
-from algosel.records.analysis import comparison_table, per_problem
+from algosel.records.analysis import comparison_table, per_problem, selector_stats
 
 if TYPE_CHECKING:  # for annotations only
     from algosel.learn.selector import Selector
 
 SELECTORS = ("model", "heuristic_a", "heuristic_b", "pytorch_default", "gemm_else_a")
+#: The baselines the model must beat in every cell (:func:`cell_wins`).
+BASELINES = ("heuristic_a", "heuristic_b", "pytorch_default")
+#: The cells of :func:`cell_table`.
+CELL_FIELDS = ("direction", "dtype", "layout")
 TEST_FRACTION = 0.2
+#: The shortlist sizes of :func:`top_k_curve`.
+TOP_K = tuple(range(1, 9))
 
 
 @dataclass
@@ -130,12 +141,93 @@ def geomean_ratio(table: pd.DataFrame, selector: str = "model") -> float:
     return float(np.exp(np.log(r).mean()))
 
 
+def total_time_ratio(table: pd.DataFrame, selector: str = "model") -> float:
+    """Sum of the selector's times over the sum of the best times, on the problems where the selector has a time."""
+    have = table[selector].notna()
+    best = float(table.loc[have, "best"].sum())
+    return float(table.loc[have, selector].sum()) / best if best > 0 else float("nan")
+
+
 def report(table: pd.DataFrame) -> pd.DataFrame:
-    """The comparison of every selector per direction, per dtype and overall (see :mod:`algosel.records.analysis`)."""
-    comp = comparison_table(table, list(SELECTORS))
-    invalid = {"all": table["invalid_top1"].mean()}
+    """The comparison of every selector per direction, per dtype and overall (see :mod:`algosel.records.analysis`),
+    with the total-time ratio of each (:func:`total_time_ratio`)."""
+    selectors = [s for s in SELECTORS if s in table]
+    comp = comparison_table(table, selectors)
+    totals = {("all", "all", sel): total_time_ratio(table, sel) for sel in selectors}
+    for group in ("direction", "dtype"):
+        for value, part in table.groupby(group):
+            totals.update({(group, str(value), sel): total_time_ratio(part, sel) for sel in selectors})
+    comp["total_time_ratio"] = [totals[k] for k in zip(comp["group"], comp["value"], comp["selector"])]
+    invalid = {"all": table["invalid_top1"].mean()} if "invalid_top1" in table else {}
     comp["model_invalid_top1"] = np.where(comp["selector"] == "model", comp["group"].map(invalid), np.nan)
     return comp
+
+
+def cell_table(table: pd.DataFrame, selectors: Iterable[str] = SELECTORS) -> pd.DataFrame:
+    """Per direction x dtype x layout cell and selector: problems, geomean, p95, worst, share within 5% of the best,
+    top-1 and total-time ratio."""
+    rows = []
+    selectors = [s for s in selectors if s in table]
+    for cell, part in table.groupby(list(CELL_FIELDS), sort=True):
+        for sel in selectors:
+            stats = selector_stats(part[sel] / part["best"])
+            rows.append({**dict(zip(CELL_FIELDS, cell)), "selector": sel, **stats,
+                         "total_time_ratio": total_time_ratio(part, sel)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def cell_wins(cells: pd.DataFrame, baselines: Iterable[str] = BASELINES) -> pd.DataFrame:
+    """Per cell of :func:`cell_table`: does the model beat each baseline? It does where its geomean is lower, its
+    share within 5% of the best no lower and its total-time ratio no higher. ``all`` is True where it beats every
+    one of them."""
+    rows = []
+    for cell, part in cells.groupby(list(CELL_FIELDS), sort=True):
+        s = part.set_index("selector")
+        row: dict[str, Any] = dict(zip(CELL_FIELDS, cell))
+        row["problems"] = int(s.at["model", "problems"])
+        for b in baselines:
+            if b not in s.index or pd.isna(s.at[b, "geomean"]):
+                row[f"beats_{b}"] = None  # e.g. mode B of legacy records: no such baseline
+                continue
+            row[f"beats_{b}"] = bool(
+                s.at["model", "geomean"] < s.at[b, "geomean"]
+                and s.at["model", "within_5pct"] >= s.at[b, "within_5pct"]
+                and s.at["model", "total_time_ratio"] <= s.at[b, "total_time_ratio"]
+            )
+        row["all"] = all(v for k, v in row.items() if k.startswith("beats_") and v is not None)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def top_k_curve(
+    data: pd.DataFrame,
+    scores: np.ndarray,
+    ks: Iterable[int] = TOP_K,
+    shortlist_rank: int | None = SHORTLIST_RANK,
+) -> pd.DataFrame:
+    """The measured shortlist: per k, the fastest (by recorded time) of the model's k best-scored correct
+    candidates over the best of all, as if those k were timed once and the fastest kept.
+
+    Candidates that fail are skipped, as :func:`pick_times` skips them, so k = 1 is the model's own pick.
+
+    Returns
+    -------
+    DataFrame
+        One row per k: ``k``, ``problems``, ``geomean``, ``within_5pct``, ``top1`` and ``total_time_ratio``.
+    """
+    ok = (data["status"] == "ok").to_numpy() & data["time_ms_median"].notna().to_numpy()
+    keep = ok & shortlist_mask(data, shortlist_rank)
+    best = data.loc[ok].groupby("problem_key")["time_ms_median"].min()
+    d = data.loc[keep, ["problem_key", "time_ms_median"]].assign(score=np.asarray(scores)[keep])
+    d = d.sort_values(["problem_key", "score"], ascending=[True, False], kind="stable")
+    d["position"] = d.groupby("problem_key").cumcount()
+    rows = []
+    for k in ks:
+        picked = d[d["position"] < k].groupby("problem_key")["time_ms_median"].min()
+        b = best.loc[picked.index]
+        stats = selector_stats(picked / b)
+        rows.append({"k": int(k), **stats, "total_time_ratio": float(picked.sum() / b.sum())})
+    return pd.DataFrame(rows)
 
 
 def network_totals(
@@ -211,13 +303,15 @@ def leave_one_network_out(
     return pd.concat(parts) if parts else pd.DataFrame()
 
 
-def beats_baselines(comp: pd.DataFrame, baselines: Iterable[str] = ("heuristic_a", "pytorch_default")) -> pd.DataFrame:
+def beats_baselines(comp: pd.DataFrame, baselines: Iterable[str] = BASELINES) -> pd.DataFrame:
     """Per group: does the model beat each baseline in geomean ratio (lower) and share within 5% (higher)?"""
     rows = []
     for (group, value), part in comp.groupby(["group", "value"], sort=False):
         s = part.set_index("selector")
         row = {"group": group, "value": value}
         for b in baselines:
+            if b not in s.index or pd.isna(s.at[b, "geomean"]):
+                continue
             row[f"beats_{b}"] = bool(
                 s.at["model", "geomean"] < s.at[b, "geomean"] and s.at["model", "within_5pct"] > s.at[b, "within_5pct"]
             )

@@ -6,6 +6,11 @@ candidate space, engine) are small non-negative integer codes that LightGBM trea
 
 The candidate columns come from the candidate's space (:mod:`algosel.spaces`): its registry position
 (``space_code``), its ``engine_code`` and ``knob_values``; the rank and note columns are common to every space.
+The list columns describe the candidate list the candidate came from (cuDNN's heuristic lists, as the records
+or a live enumeration give them): the engines of mode A's and mode B's first configs, the lengths of the three
+lists, and whether the candidate shares those engines. They are computed from the list alone, so a live list or
+the list of the nearest recorded problem gets them exactly as the training records did. The tile columns
+describe how the implicit GEMM of the problem's direction falls into tiles and waves on the GPU's SMs.
 
 Not a feature: a candidate's workspace size. It is known only once its plan is built, and building every plan
 is what a selector exists to avoid; ``predict`` filters by workspace where the records know it.
@@ -27,7 +32,7 @@ from algosel.records.schema import CANDIDATE_COLUMNS
 from algosel.spaces import get_space, space_code, space_names
 
 #: Bump when the meaning or order of any column changes: a model is only valid for the schema it was trained on.
-FEATURE_SCHEMA_VERSION = 1
+FEATURE_SCHEMA_VERSION = 2
 
 #: Knob ids (cuDNN's ``CUDNN_KNOB_TYPE_*`` values, for engine configs) that get a column each; absent knobs are NaN.
 KNOB_IDS: tuple[int, ...] = tuple(range(30))
@@ -63,9 +68,36 @@ CANDIDATE_FEATURES: tuple[str, ...] = (
     + tuple(f"knob_{i}" for i in KNOB_IDS)
     + tuple(f"note_{n}" for n in BEHAVIOUR_NOTES)
 )
+#: Columns of the candidate's list (:func:`list_context`, :func:`list_columns`).
+LIST_FEATURES: tuple[str, ...] = (
+    "list_engine_a0",
+    "list_engine_b0",
+    "list_len_a",
+    "list_len_b",
+    "list_len_fallback",
+    "shares_engine_a0",
+    "shares_engine_b0",
+)
+#: Square output tiles (M x N) of the implicit GEMM that get tile and wave columns (:func:`tile_vector`).
+TILE_SIZES: tuple[int, ...] = (64, 128, 256)
+#: The K step whose padding :func:`tile_vector` measures.
+K_STEP = 32
+TILE_FEATURES: tuple[str, ...] = tuple(
+    f"{name}_{t}" for t in TILE_SIZES for name in ("log2_tiles", "waves", "wave_occupancy", "tile_fill")
+) + ("k_fill",)
 HARDWARE_FEATURES: tuple[str, ...] = tuple(f"hw_{f}" for f in HARDWARE_FIELDS)
-FEATURE_NAMES: tuple[str, ...] = PROBLEM_FEATURES + CANDIDATE_FEATURES + HARDWARE_FEATURES
-CATEGORICAL_FEATURES: tuple[str, ...] = ("dtype_code", "layout_code", "direction_code", "space_code", "engine_code")
+FEATURE_NAMES: tuple[str, ...] = (
+    PROBLEM_FEATURES + CANDIDATE_FEATURES + LIST_FEATURES + TILE_FEATURES + HARDWARE_FEATURES
+)
+CATEGORICAL_FEATURES: tuple[str, ...] = (
+    "dtype_code",
+    "layout_code",
+    "direction_code",
+    "space_code",
+    "engine_code",
+    "list_engine_a0",
+    "list_engine_b0",
+)
 
 
 def _align(value: int) -> int:
@@ -164,29 +196,130 @@ def candidate_matrix(cands: Sequence[Mapping[str, Any]]) -> np.ndarray:
     return np.array([_candidate_values(c) for c in cands], dtype=np.float64).reshape(len(cands), -1)
 
 
+def list_context(cands: Sequence[Mapping[str, Any]]) -> tuple[float, float, float, float, float]:
+    """What a whole candidate list says about cuDNN's heuristics for its problem: the engine code of mode A's
+    first config, of mode B's first config (NaN where the list has no such config), and the lengths of the A, B and
+    FALLBACK lists. Ranks are read whatever the candidate's status, since a live list has no status yet."""
+    engine_a0 = engine_b0 = math.nan
+    len_a = len_b = len_fallback = 0
+    for c in cands:
+        ra, rb = c["rank_a"], c["rank_b"]
+        len_a += ra >= 0
+        len_b += rb >= 0
+        len_fallback += c["rank_fallback"] >= 0
+        if ra == 0 or rb == 0:
+            engine = _candidate_values(c)[1]
+            engine_a0 = engine if ra == 0 else engine_a0
+            engine_b0 = engine if rb == 0 else engine_b0
+    return engine_a0, engine_b0, float(len_a), float(len_b), float(len_fallback)
+
+
+def list_columns(engine_codes: np.ndarray, context: Sequence[float]) -> np.ndarray:
+    """The :data:`LIST_FEATURES` of candidates with these engine codes in a list of :func:`list_context`
+    ``context``: the context itself, and whether each candidate shares the engine of A's and of B's first config."""
+    engine_codes = np.asarray(engine_codes, dtype=np.float64)
+    n = len(engine_codes)
+    out = np.empty((n, len(LIST_FEATURES)), dtype=np.float64)
+    out[:, :5] = np.asarray(context, dtype=np.float64)
+    out[:, 5] = engine_codes == context[0]
+    out[:, 6] = engine_codes == context[1]
+    return out
+
+
+_ENGINE_COLUMN = CANDIDATE_FEATURES.index("engine_code")
+
+
+def listed_candidate_matrix(
+    cands: Sequence[Mapping[str, Any]], list_rows: Sequence[Mapping[str, Any]] | None = None
+) -> np.ndarray:
+    """:data:`CANDIDATE_FEATURES` + :data:`LIST_FEATURES` of candidates taken from the list ``list_rows`` (default:
+    ``cands`` is the whole list). The selector scores a shortlist of a list: its list columns describe the list."""
+    cm = candidate_matrix(cands)
+    context = list_context(cands if list_rows is None else list_rows)
+    return np.hstack([cm, list_columns(cm[:, _ENGINE_COLUMN], context)])
+
+
+def tile_vector(p: ConvProblem, sm_count: float) -> np.ndarray:
+    """The :data:`TILE_FEATURES` of a problem on a GPU of ``sm_count`` SMs (NaN where it is unknown).
+
+    For each square output tile of :data:`TILE_SIZES`: log2 of the number of tiles of the implicit GEMM's M x N
+    (:meth:`ConvProblem.gemm_mnk`, over all groups), the waves they take with one tile per SM per wave, the
+    occupancy of those waves (tiles / (waves x SMs): a last wave of few tiles leaves SMs idle) and the share of
+    the tiles' area inside M x N (the rest is padding); then the share of K inside K padded to :data:`K_STEP`.
+    Which tile a kernel uses is not known, so every common size gets its columns and the trees pick.
+    """
+    m, n, k = p.gemm_mnk()
+    out = []
+    for t in TILE_SIZES:
+        tm, tn = -(-m // t), -(-n // t)
+        tiles = tm * tn * p.groups
+        if sm_count > 0:
+            waves = -(-tiles // int(sm_count))
+            occupancy = tiles / (waves * sm_count)
+        else:
+            waves = occupancy = math.nan
+        out += [math.log2(tiles), waves, occupancy, (m * n) / (tm * t * tn * t)]
+    out.append(k / (-(-k // K_STEP) * K_STEP))
+    return np.array(out, dtype=np.float64)
+
+
 def hardware_vector(env: Mapping[str, Any]) -> np.ndarray:
     """The :data:`HARDWARE_FEATURES` of an environment record (NaN where it lacks a field)."""
     return np.array([float(env.get(f, math.nan) or math.nan) for f in HARDWARE_FIELDS], dtype=np.float64)
 
 
-def feature_matrix(problem: ConvProblem, candidates: Sequence[Mapping[str, Any]], env: Mapping[str, Any]) -> np.ndarray:
-    """Rows of :data:`FEATURE_NAMES` for one problem and its candidates (the prediction path)."""
-    pv, hv = problem_vector(problem), hardware_vector(env)
-    cm = candidate_matrix(candidates)
-    return np.hstack([np.tile(pv, (len(candidates), 1)), cm, np.tile(hv, (len(candidates), 1))])
+def _sm_count(env: Mapping[str, Any]) -> float:
+    return float(env.get("sm_count") or math.nan)
+
+
+def assemble(problem: ConvProblem, listed: np.ndarray, env: Mapping[str, Any], hardware: np.ndarray | None = None):
+    """Rows of :data:`FEATURE_NAMES` from a problem, the :func:`listed_candidate_matrix` of its candidates and the
+    environment (``hardware``: its :func:`hardware_vector`, where the caller has it already)."""
+    # One allocation, columns filled by broadcasting: this runs on every first prediction.
+    out = np.empty((len(listed), len(FEATURE_NAMES)), dtype=np.float64)
+    out[:, _PROBLEM_COLS] = problem_vector(problem)
+    out[:, _LISTED_COLS] = listed
+    out[:, _TILE_COLS] = tile_vector(problem, _sm_count(env))
+    out[:, _TILE_COLS.stop :] = hardware_vector(env) if hardware is None else hardware
+    return out
+
+
+_PROBLEM_COLS = slice(0, len(PROBLEM_FEATURES))
+_LISTED_COLS = slice(_PROBLEM_COLS.stop, _PROBLEM_COLS.stop + len(CANDIDATE_FEATURES) + len(LIST_FEATURES))
+_TILE_COLS = slice(_LISTED_COLS.stop, _LISTED_COLS.stop + len(TILE_FEATURES))
+
+
+def feature_matrix(
+    problem: ConvProblem,
+    candidates: Sequence[Mapping[str, Any]],
+    env: Mapping[str, Any],
+    list_rows: Sequence[Mapping[str, Any]] | None = None,
+) -> np.ndarray:
+    """Rows of :data:`FEATURE_NAMES` for one problem and its candidates (the prediction path); ``list_rows``: the
+    whole candidate list they were taken from (default: ``candidates``)."""
+    return assemble(problem, listed_candidate_matrix(candidates, list_rows), env)
 
 
 def frame_features(frame: pd.DataFrame, envs: Mapping[str, Mapping[str, Any]]) -> np.ndarray:
-    """Rows of :data:`FEATURE_NAMES` for every record of ``frame`` (the training path; same functions)."""
-    problems = {key: problem_vector(ConvProblem.from_key(key)) for key in frame["problem_key"].unique()}
-    hardware = {e: hardware_vector(envs[e]) for e in frame["env_id"].unique()}
+    """Rows of :data:`FEATURE_NAMES` for every record of ``frame`` (the training path; same functions). The
+    candidate list of a record is every record of its problem and environment in ``frame``."""
+    if frame.empty:
+        return np.empty((0, len(FEATURE_NAMES)))
     cols = list(CANDIDATE_COLUMNS)
-    cand_cache: dict[tuple, np.ndarray] = {}
-    rows = []
+    lists: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    order: list[tuple[str, str]] = []
     for key, env, *cand in frame[["problem_key", "env_id", *cols]].itertuples(index=False, name=None):
-        ck = tuple(cand)
-        cv = cand_cache.get(ck)
-        if cv is None:
-            cv = cand_cache[ck] = candidate_vector(dict(zip(cols, cand)))
-        rows.append(np.concatenate([problems[key], cv, hardware[env]]))
-    return np.vstack(rows) if rows else np.empty((0, len(FEATURE_NAMES)))
+        group = (key, env)
+        order.append(group)
+        lists.setdefault(group, []).append(dict(zip(cols, cand)))
+    blocks = {
+        (key, env): assemble(ConvProblem.from_key(key), listed_candidate_matrix(rows), envs[env])
+        for (key, env), rows in lists.items()
+    }
+    # Each group's block holds its rows in frame order; hand them out in that order.
+    taken = dict.fromkeys(blocks, 0)
+    out = np.empty((len(frame), len(FEATURE_NAMES)), dtype=np.float64)
+    for i, group in enumerate(order):
+        out[i] = blocks[group][taken[group]]
+        taken[group] += 1
+    return out

@@ -6,8 +6,15 @@ Two formulations are supported and compared by cross-validation (``algosel train
   (:func:`relevance`): learning the *order* within a problem is exactly the selection task;
 - ``regression``: predict ``log2(time / best)`` of each candidate and pick the smallest.
 
-A candidate that failed (did not build, did not run, gave a wrong result) is kept with the lowest relevance (or
-a large regression target), so the model learns to rank it last.
+The relevance falls linearly with ``log2(time / best)`` down to 0 at :data:`ZERO_RELEVANCE_RATIO`, and the gain of
+a grade is linear too, so that what LambdaRank's swaps weigh is the log time lost, which the geomean of the pick
+sums: picking a candidate 20x slower than the best costs far more than picking one 1.7x slower. (Exponential
+gains, and grades that bottomed out at 1.68x, taught the ranker that both were equally bad.)
+
+Only the candidates a selector scores are learnt from (the shortlist, :func:`algosel.learn.rules.on_shortlist`),
+their relevance graded against the best of every candidate. A candidate that failed (did not build, did not run,
+gave a wrong result) is kept with the lowest relevance (or a large regression target), so the model learns to
+rank it last.
 """
 
 from __future__ import annotations
@@ -21,18 +28,25 @@ import numpy as np
 import pandas as pd
 
 from algosel.learn.features import CATEGORICAL_FEATURES, FEATURE_NAMES, frame_features
+from algosel.learn.rowpredict import row_predictor
+from algosel.learn.rules import SHORTLIST_RANK, shortlist_mask
 from algosel.records.analysis import ok_mask
 
-#: Relevance of the best candidate; each 5% slower loses ~1.4 grades (20 per doubling), 0 at 1.68x and beyond.
-MAX_RELEVANCE = 15
+#: Relevance grades per doubling of the time over the best.
+GRADES_PER_DOUBLING = 6
+#: Time / best at and beyond which a candidate's relevance is 0 (as a failed candidate's).
+ZERO_RELEVANCE_RATIO = 32.0
+#: Relevance of the best candidate (5 doublings of 6 grades).
+MAX_RELEVANCE = round(GRADES_PER_DOUBLING * np.log2(ZERO_RELEVANCE_RATIO))
 #: log2 slowdown used as the regression target of a failed candidate (32x the best).
 FAILED_LOG2_RATIO = 5.0
 
 
 def relevance(ratio: np.ndarray) -> np.ndarray:
-    """Graded relevance from time / best (``inf`` for failed candidates)."""
+    """Graded relevance from time / best (``inf`` for failed candidates): :data:`MAX_RELEVANCE` for the best,
+    :data:`GRADES_PER_DOUBLING` fewer per doubling, 0 from :data:`ZERO_RELEVANCE_RATIO` on."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.round(MAX_RELEVANCE - 20 * np.log2(ratio))
+        rel = np.round(MAX_RELEVANCE - GRADES_PER_DOUBLING * np.log2(ratio))
     return np.clip(np.nan_to_num(rel, nan=0.0, neginf=0.0, posinf=0.0), 0, MAX_RELEVANCE).astype(int)
 
 
@@ -79,7 +93,7 @@ class RankerParams:
                 "metric": "ndcg",
                 "eval_at": [1],
                 "lambdarank_truncation_level": self.lambdarank_truncation_level,
-                "label_gain": [float(2**i - 1) for i in range(MAX_RELEVANCE + 1)],
+                "label_gain": [float(i) for i in range(MAX_RELEVANCE + 1)],  # linear: see the module docstring
             }
         if self.objective == "regression":
             return {**common, "objective": "regression", "metric": "l2"}
@@ -100,8 +114,12 @@ class Ranker:
             raise ValueError("no problem with a correct, timed candidate to learn from")
         return self.fit_prepared(data, frame_features(data, envs))
 
-    def fit_prepared(self, data: pd.DataFrame, X: np.ndarray) -> Ranker:
-        """Fit on the output of :func:`with_ratios` and its feature rows (lets cross-validation reuse ``X``)."""
+    def fit_prepared(self, data: pd.DataFrame, X: np.ndarray, shortlist_rank: int | None = SHORTLIST_RANK) -> Ranker:
+        """Fit on the output of :func:`with_ratios` and its feature rows (lets cross-validation reuse ``X``); only
+        the rows on the shortlist of ``shortlist_rank`` are learnt from (``None``: all)."""
+        keep = shortlist_mask(data, shortlist_rank)
+        if not keep.all():
+            data, X = data[keep], X[keep]
         ratio = data["ratio"].to_numpy()
         if self.params.objective == "lambdarank":
             label = relevance(ratio)
@@ -130,7 +148,7 @@ class Ranker:
         """Higher is better, for either objective."""
         if self.booster_ is None:
             raise RuntimeError("Ranker is not fitted: call fit() or load a trained model first")
-        raw = self.booster_.predict(X, num_threads=1)
+        raw = row_predictor(self, self.booster_).predict(X)  # Booster.predict(X, num_threads=1), set up once
         return raw if self.params.objective == "lambdarank" else -raw
 
 

@@ -15,6 +15,10 @@ An answer for a problem outside what the model's records cover (a dtype or layou
 recorded, a size far beyond the recorded ones: :meth:`Selector.coverage`) is still given, but says so: every
 :class:`Choice` of it has ``extrapolated`` set and the reason in ``extrapolation``, and the first such answer of a
 process warns (:class:`ExtrapolationWarning`).
+
+A model with a time model (:mod:`algosel.learn.time_model`) also predicts each candidate's device time: every
+:class:`Choice` carries it, and :meth:`Selector.predicted_time_ms` gives it for any candidate of the list,
+PyTorch's default included.
 """
 
 from __future__ import annotations
@@ -35,13 +39,19 @@ from algosel.learn.artifact import (
     save_artifact,
     space_of,
 )
-from algosel.learn.features import candidate_matrix, hardware_vector, problem_vector
+from algosel.learn.features import assemble, hardware_vector, listed_candidate_matrix
 from algosel.learn.ranker import Ranker
 from algosel.learn.rules import allowed, on_shortlist
+from algosel.learn.time_model import TIME_MODEL_FILE, TimeModel
 from algosel.problem import ConvProblem
 from algosel.records.catalogue import Catalogue
 from algosel.records.environment import mismatches, visible_gpu
 from algosel.spaces import Candidate, get_space, space_names
+
+#: PyTorch's default's candidate id: the runtime compares a choice's predicted time with it.
+DEFAULT_ID = "pytorch:default"
+#: The key, beside a problem, of the times predicted for the list :meth:`Selector.rank_rows` ranked.
+RANKED = "ranked"
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,8 @@ class Choice:
     #: Whether the problem lies outside what the model's records cover (:meth:`Selector.coverage`), and why.
     extrapolated: bool = False
     extrapolation: str = ""
+    #: The time model's predicted device time of the candidate on this problem; ``None`` for a model without one.
+    predicted_time_ms: float | None = None
 
 
 #: A problem size (a field, or the FLOPs) more than this factor beyond the smallest or largest recorded one lies
@@ -127,8 +139,12 @@ def check_environment(model_env: Mapping[str, Any], directory: Path | str, force
 class Selector:
     """A loaded model: ``Selector.load(path)``; then :meth:`choose`. Not thread-safe (memoisation dicts)."""
 
-    def __init__(self, ranker: Ranker, manifest: dict[str, Any], catalogue: pd.DataFrame):
+    def __init__(
+        self, ranker: Ranker, manifest: dict[str, Any], catalogue: pd.DataFrame, time_model: TimeModel | None = None
+    ):
         self.ranker = ranker
+        #: Predicts device times (:mod:`algosel.learn.time_model`); ``None`` for a model trained without one.
+        self.time_model = time_model
         self.manifest = manifest
         self.environment: dict[str, Any] = manifest["environment"]
         self.blocked = {tuple(b) for b in manifest.get("blocked_engines", [])}
@@ -139,16 +155,23 @@ class Selector:
         self._listed = tuple(s for s in self.spaces if s in space_names() and get_space(s).from_lists)
         self._cache: dict[tuple, list[Choice]] = {}
         self._matrices: dict[tuple, tuple[list[int], np.ndarray]] = {}  # candidate feature rows per candidate list
+        # Predicted times by (problem, live) as choose() filled them, or (problem, RANKED) as rank_rows() did.
+        self._times: dict[tuple, dict[str, float]] = {}
+        self._nearest_rows: dict[str, list[dict[str, Any]]] = {}  # a nearest problem's rows, as new problems get them
+        self._ranked_rows: dict[ConvProblem, list[dict[str, Any]]] = {}  # the last list rank_rows ranked per problem
         self._hardware = hardware_vector(self.environment)
 
     # ------------------------------------------------------------------------------------------ persistence
     def save(
         self, directory: str | Path, replace: bool = False, extra_files: Mapping[str, str | bytes] | None = None
     ) -> Path:
-        """Write the model directory as a whole (:func:`~algosel.learn.artifact.save_artifact`); an existing
-        ``directory`` is refused unless ``replace``."""
+        """Write the model directory as a whole (:func:`~algosel.learn.artifact.save_artifact`), the time model
+        (where there is one) among its files; an existing ``directory`` is refused unless ``replace``."""
+        files = dict(extra_files or {})
+        if self.time_model is not None:
+            files[TIME_MODEL_FILE] = self.time_model.model_text()
         return save_artifact(
-            directory, self.ranker, self.manifest, self.catalogue.frame, extra_files=extra_files, replace=replace
+            directory, self.ranker, self.manifest, self.catalogue.frame, extra_files=files, replace=replace
         )
 
     @classmethod
@@ -160,7 +183,12 @@ class Selector:
         """
         artifact = load_artifact(directory)
         check_environment(artifact.manifest["environment"], directory, force)
-        return cls(artifact.ranker, artifact.manifest, artifact.catalogue)
+        section = artifact.manifest.get("time_model")
+        try:
+            time_model = TimeModel.load(directory, section, artifact.manifest) if section else None
+        except ValueError as exc:  # TimeModelError or SelectorError: a listed file missing, damaged or corrupt
+            raise SelectorError(str(exc)) from exc
+        return cls(artifact.ranker, artifact.manifest, artifact.catalogue, time_model)
 
     # ------------------------------------------------------------------------------------------- choosing
     def candidates_for(self, problem: ConvProblem, live: bool = False) -> tuple[list[dict[str, Any]], str]:
@@ -182,7 +210,10 @@ class Selector:
             # Nothing of this kind was recorded: the offline candidates alone (PyTorch's default, GEMM lowering).
             rows, src = [], "none"
         else:
-            rows = [dict(r, workspace_bytes=-1) for r in self.catalogue.rows(nearest) if r["space"] in self._listed]
+            rows = self._nearest_rows.get(nearest)
+            if rows is None:  # the listed candidates of a recorded problem, their workspace unknown for this one
+                rows = [dict(r, workspace_bytes=-1) for r in self.catalogue.rows(nearest) if r["space"] in self._listed]
+                self._nearest_rows[nearest] = rows
             src = f"nearest:{nearest}"
         return rows + offline_rows(problem, self.spaces), src
 
@@ -207,7 +238,9 @@ class Selector:
         # The candidate part of the features depends only on the list, which nearby problems share.
         kind = "fc" if problem.is_fully_connected else "pointwise" if problem.is_pointwise else None
         mkey = (source, problem.key if source in ("records", "live") else kind)
-        result = self._rank(problem, all_rows, source, mkey, max_workspace_bytes, deterministic, top_k)
+        result = self._rank(
+            problem, all_rows, source, mkey, max_workspace_bytes, deterministic, top_k, time_key=(problem, live)
+        )
         self._cache[key] = result
         return result
 
@@ -243,10 +276,19 @@ class Selector:
     def rank_rows(
         self, problem: ConvProblem, rows: list[dict[str, Any]], max_workspace_bytes: int | None = None
     ) -> list[Choice]:
-        """Rank an explicit candidate list (e.g. cuDNN's live list, as the runtime hook has it), best first."""
-        return self._rank(problem, rows, "live", None, max_workspace_bytes, False, len(rows))
+        """Rank an explicit candidate list (e.g. cuDNN's live list, as the runtime hook has it), best first.
 
-    def _rank(self, problem, all_rows, source, mkey, max_workspace_bytes, deterministic, top_k) -> list[Choice]:
+        The list is remembered for :meth:`predicted_time_ms` (the runtime ranks a live list, then asks for the
+        predicted times of its top candidates and PyTorch's default without passing the list again)."""
+        if self.time_model is not None:
+            self._ranked_rows[problem] = rows
+        return self._rank(
+            problem, rows, "live", None, max_workspace_bytes, False, len(rows), time_key=(problem, RANKED)
+        )
+
+    def _rank(
+        self, problem, all_rows, source, mkey, max_workspace_bytes, deterministic, top_k, time_key=None
+    ) -> list[Choice]:
         # Features are built for the shortlist only (it depends on the list alone, so it is cached with it).
         cached = self._matrices.get(mkey) if mkey is not None else None
         if cached is None:
@@ -254,7 +296,7 @@ class Selector:
             eligible = [
                 i for i, r in enumerate(all_rows) if on_shortlist(r["space"], r["rank_a"], r["rank_b"], shortlist)
             ]
-            cached = (eligible, candidate_matrix([all_rows[i] for i in eligible]))
+            cached = (eligible, listed_candidate_matrix([all_rows[i] for i in eligible], all_rows))
             if mkey is not None:
                 self._matrices[mkey] = cached
         eligible, matrix = cached
@@ -269,10 +311,22 @@ class Selector:
                 f"(max_workspace_bytes={max_workspace_bytes}, deterministic={deterministic})"
             )
         rows = [all_rows[i] for i in keep]
-        n = len(keep)
-        X = np.hstack([np.tile(problem_vector(problem), (n, 1)), matrix[positions], np.tile(self._hardware, (n, 1))])
+        X_all = assemble(problem, matrix, self.environment, self._hardware)
+        X = X_all[positions]
         scores = self.ranker.score(X)
         order = np.argsort(-scores, kind="stable")[: max(1, top_k)]
+        times: list[float | None] = [None] * len(order)
+        if self.time_model is not None:
+            # Times only for the candidates returned, and PyTorch's default beside them in the same call (the
+            # runtime asks for it next): the time model walks its trees once per row, and each call has a cost.
+            default = [j for j, i in enumerate(eligible) if all_rows[i]["candidate_id"] == DEFAULT_ID][:1]
+            predicted = self.time_model.predict_ms(X_all[[positions[i] for i in order] + default]).tolist()
+            times = predicted[: len(order)]
+            if time_key is not None:
+                known = self._times.setdefault(time_key, {})
+                known.update(zip((rows[i]["candidate_id"] for i in order), times))
+                if default:
+                    known[DEFAULT_ID] = predicted[-1]
         why = self.coverage(problem, source)
         if why:
             _warn_extrapolation(problem, why)
@@ -288,9 +342,67 @@ class Selector:
                 **_legacy_names(problem, rows[i]),
                 extrapolated=bool(why),
                 extrapolation=why,
+                predicted_time_ms=t,
             )
-            for i in order
+            for i, t in zip(order, times)
         ]
+
+    def predicted_time_ms(
+        self,
+        problem: ConvProblem,
+        candidate_ids: list[str] | tuple[str, ...],
+        rows: list[dict[str, Any]] | None = None,
+        live: bool = False,
+    ) -> dict[str, float]:
+        """The time model's predicted device time (ms) of candidates of ``problem``, by candidate id.
+
+        Any candidate of the problem's list may be asked for, shortlisted or not, ``"pytorch:default"`` included
+        (the runtime compares a choice's predicted time with the default's to decide whether a switch pays for
+        its host overhead).
+
+        Parameters
+        ----------
+        problem : ConvProblem
+        candidate_ids : sequence of str
+            Ids of candidates in the list.
+        rows : list of dict, optional
+            The candidate list (e.g. cuDNN's live list, as :meth:`rank_rows` takes it). Default: the times
+            :meth:`choose` (with ``live``) or :meth:`rank_rows` predicted for the problem where they hold every id
+            asked for; else the list :meth:`choose` ranks (:meth:`candidates_for` with ``live``: offline, the
+            nearest recorded problem's list with GEMM lowering and PyTorch's default), or, for ids that list
+            lacks, the last list :meth:`rank_rows` ranked for the problem.
+        live : bool
+            Passed to :meth:`candidates_for` when ``rows`` is not given.
+
+        Raises
+        ------
+        SelectorError
+            When the model has no time model (``time_model`` is None; retrain with ``algosel train``).
+        ValueError
+            Naming the first id that is not in the list.
+        """
+        if self.time_model is None:
+            raise SelectorError(
+                "this model has no time model (trained before it existed); retrain with `algosel train`"
+            )
+        if rows is None:
+            for key in ((problem, live), (problem, RANKED)):
+                known = self._times.get(key, {})
+                if all(c in known for c in candidate_ids):  # all predicted already, by choose() or rank_rows()
+                    return {c: known[c] for c in candidate_ids}
+            rows, _ = self.candidates_for(problem, live=live)
+            ranked = self._ranked_rows.get(problem)
+            if ranked is not None and not {r["candidate_id"] for r in rows} >= set(candidate_ids):
+                rows = ranked  # ids of a list the runtime ranked (cuDNN's live one), not of the recorded ones
+        index = {r["candidate_id"]: r for r in rows}
+        missing = [c for c in candidate_ids if c not in index]
+        if missing:
+            raise ValueError(f"{missing[0]!r} is not a candidate of {problem.key} ({len(rows)} candidates)")
+        if not candidate_ids:
+            return {}
+        picked = [index[c] for c in candidate_ids]
+        X = assemble(problem, listed_candidate_matrix(picked, rows), self.environment, self._hardware)
+        return dict(zip(candidate_ids, self.time_model.predict_ms(X).tolist()))
 
     def recorded_gain_us(self, problem: ConvProblem, candidate_id: str) -> float | None:
         """Device time the candidate saves over PyTorch's default per call, where both were measured on this

@@ -2,9 +2,11 @@
 
 1. Hold out the test shapes (:func:`algosel.learn.evaluate.is_test_shape`); they are never seen by tuning or fitting.
 2. On the training shapes, compare the ranking and regression formulations and a few hyperparameters by
-   cross-validation grouped by shape; keep the best by geomean time ratio of the pick.
-3. Fit the best on all training shapes, score the test shapes, and save model, manifest, catalogue and the reports
-   (``tuning.csv``, ``test_report.csv``, ``README.md``) as one directory, written as a whole.
+   cross-validation grouped by shape; keep the best by geomean time ratio of the pick, unless its first
+   prediction of a new problem is slower than the latency budget (:func:`algosel.learn.tuning.within_budget`).
+3. Fit the best on all training shapes, and the time model (:mod:`algosel.learn.time_model`) beside it; score the
+   test shapes (picks and the calibration of predicted times), and save model, time model, manifest, catalogue and
+   the reports (``tuning.csv``, ``test_report.csv``, ``README.md``) as one directory, written as a whole.
 
 An existing model directory is never replaced unless ``force``: the check comes before any tuning, and the
 directory is swapped as a whole (no file of the old model survives beside the new one).
@@ -34,16 +36,20 @@ from algosel.learn.evaluate import TEST_FRACTION, Prepared, is_test_shape, pick_
 from algosel.learn.ranker import Ranker, RankerParams, fingerprint
 from algosel.learn.rules import SHORTLIST_RANK
 from algosel.learn.selector import Selector, blocked_engines, build_catalogue
-from algosel.learn.tuning import tune
+from algosel.learn.speed import PREDICT_BUDGET_US, estimated_first_prediction_us, first_prediction_nodes, new_problems
+from algosel.learn.time_model import TIME_MODEL_FILE, TimeModel, TimeModelParams, calibration
+from algosel.learn.tuning import tune, within_budget
 from algosel.records.environment import gpu_slug
 from algosel.records.store import RecordsError, load_records, main_environment
 
-#: The tuning grid of ``algosel train`` (objective first: it is the choice the docs discuss).
+#: The tuning grid of ``algosel train``. The regression objective lost to LambdaRank at every tree size in earlier
+#: tunings (docs/selector.md) and is left out; min_child_samples 20 beat 100 in cross-validation (1.0657 against
+#: 1.0664, 127 leaves x 300 trees).
 DEFAULT_GRID: dict[str, list[Any]] = {
-    "objective": ["lambdarank", "regression"],
-    "num_leaves": [31, 127],
-    "n_estimators": [100, 300],
-    "min_child_samples": [100],  # 100 beat 20 at both tree sizes and both objectives in a first tuning run
+    "objective": ["lambdarank"],
+    "num_leaves": [31, 127, 255],
+    "n_estimators": [150, 300, 600],
+    "min_child_samples": [20],
 }
 #: Training rows below which LightGBM gets one thread (see the module docstring); the shipped H200 records have
 #: 293,243 rows, the committed slice 17,563.
@@ -93,6 +99,9 @@ def train(
     progress: bool = True,
     name: str | None = None,
     force: bool = False,
+    time_params: TimeModelParams | None = None,
+    predict_budget_us: float = PREDICT_BUDGET_US,
+    command: str | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Train and save a selector; returns its directory and a summary (also written into the manifest).
 
@@ -114,6 +123,13 @@ def train(
         Model directory name (default: from the records' GPU and cuDNN).
     force : bool
         Replace an existing model directory of that name (as a whole) instead of refusing.
+    time_params : TimeModelParams, optional
+        The time model's hyperparameters (default: :class:`TimeModelParams` with ``base``'s number of threads).
+    predict_budget_us : float
+        The slowest first prediction (one core, as :func:`~algosel.learn.speed.estimated_first_prediction_us`
+        estimates it) a tuned setting may have to be kept.
+    command : str, optional
+        The command line that trains it (``algosel train`` passes its own), written into the manifest and README.
 
     Raises
     ------
@@ -140,14 +156,40 @@ def train(
     train_prep, test_prep = prep.rows(~test), prep.rows(test)
     base = base or RankerParams()
     base = replace(base, num_threads=training_threads(base.num_threads, len(train_prep.data)))
-    try:
-        best, tuning = tune(train_prep, grid or DEFAULT_GRID, base, folds=folds, frame=frame, progress=progress)
+    time_params = time_params or TimeModelParams(num_threads=base.num_threads)
+    catalogue = build_catalogue(frame)
+    spaces, blocked = sorted(frame["space"].unique()), blocked_engines(frame)
+    fit_seconds: dict[int, float] = {}
+
+    def fit(params: RankerParams) -> Selector:
         t_fit = time.perf_counter()
-        ranker = Ranker(best).fit_prepared(train_prep.data, train_prep.X)
+        fitted = Ranker(params).fit_prepared(train_prep.data, train_prep.X)
+        fit_seconds[id(fitted)] = time.perf_counter() - t_fit
+        # Enough of a manifest to choose as the saved model will (its spaces, shortlist and blocked engines).
+        partial = {"environment": env, "shortlist_rank": SHORTLIST_RANK, "spaces": spaces, "blocked_engines": blocked}
+        return Selector(fitted, partial, catalogue, time_model)
+
+    nodes: dict[int, dict[str, float]] = {}
+
+    def latency_us(sel: Selector) -> float:
+        # Estimated from the tree nodes walked, not timed: the same model from the same command on any machine.
+        nodes[id(sel.ranker)] = first_prediction_nodes(sel, new_problems())
+        return estimated_first_prediction_us(nodes[id(sel.ranker)])
+
+    try:
+        _, tuning = tune(train_prep, grid or DEFAULT_GRID, base, folds=folds, frame=frame, progress=progress)
+        t_time = time.perf_counter()
+        time_model = TimeModel(time_params).fit_prepared(train_prep.data, train_prep.X)
+        time_fit_s = time.perf_counter() - t_time
+        best, fitted, tuning = within_budget(
+            tuning, base, fit, latency_us, predict_budget_us, column="predict_us_estimate"
+        )
     except lgb.basic.LightGBMError as exc:  # e.g. a cross-validation fold left without training shapes
         raise RecordsError(f"{', '.join(map(str, data))}: LightGBM cannot train on these records ({exc})") from None
-    fit_s = time.perf_counter() - t_fit
-    table = selector_table(frame, pick_times(test_prep.data, ranker.score(test_prep.X)))
+    ranker = fitted.ranker
+    fit_s = fit_seconds[id(ranker)]
+    test_scores = ranker.score(test_prep.X)
+    table = selector_table(frame, pick_times(test_prep.data, test_scores))
     comp = report(table)
     overall = comp[(comp["group"] == "all")].set_index("selector")
     summary = {
@@ -164,20 +206,36 @@ def train(
             sel: {
                 k: (None if pd.isna(v) else float(v))
                 for k, v in row.items()
-                if k in ("geomean", "p95", "worst", "within_5pct", "top1")
+                if k in ("geomean", "p95", "worst", "within_5pct", "top1", "total_time_ratio")
             }
             for sel, row in overall.iterrows()
         },
         "test_invalid_top1": float(table["invalid_top1"].mean()),
         "test_wrong_top1": float(table["wrong_top1"].mean()),
         "final_fit_seconds": round(fit_s, 1),
+        # Estimated (algosel.learn.speed); benchmarks/predict_speed.py times it.
+        "first_prediction_us_estimate": float(tuning.loc[tuning["chosen"], "predict_us_estimate"].iloc[0]),
+        "first_prediction_nodes": nodes[id(ranker)],
+        "time_model": {
+            "file": TIME_MODEL_FILE,
+            "target": "log2(time_ms)",
+            "params": time_params.__dict__.copy(),
+            "fit_seconds": round(time_fit_s, 1),
+            # Problems of the test shapes; `chosen` is the ranker's pick.
+            "test_calibration": calibration(
+                test_prep.data,
+                time_model.predict_log2_ms(test_prep.X, num_threads=base.num_threads),
+                table["model_candidate"],
+            ),
+        },
         "total_seconds": round(time.perf_counter() - t0, 1),
-        "blocked_engines": blocked_engines(frame),
+        "blocked_engines": blocked,
         "dtypes": sorted(frame["dtype"].unique()),
         "shortlist_rank": SHORTLIST_RANK,
         # Numerical notes (nondeterministic, tensor_core...) are recorded only when the sweep could read them.
         "numeric_notes_recorded": bool(frame["notes"].str.contains("nondeterministic|tensor_core").any()),
-        "spaces": sorted(frame["space"].unique()),
+        "spaces": spaces,
+        "command": command,
     }
     manifest = new_manifest(best, env, summary)
     # The reports travel in the same directory write as the model they describe.
@@ -186,17 +244,41 @@ def train(
         "test_report.csv": comp.to_csv(index=False),
         "README.md": _model_readme(out.name, summary, env),
     }
-    Selector(ranker, manifest, build_catalogue(frame)).save(out, replace=force, extra_files=reports)
+    Selector(ranker, manifest, catalogue, time_model).save(out, replace=force, extra_files=reports)
     return out, summary
 
 
 def _model_readme(name: str, summary: Mapping[str, Any], env: Mapping[str, Any]) -> str:
     scores = json.dumps(summary["test_scores"], indent=2)
+    made = f"\n\nMade by:\n\n```\n{summary['command']}\n```" if summary.get("command") else ""
+    tm = summary.get("time_model") or {}
+    cal = tm.get("test_calibration") or {}
+    calibration_text = ""
+    if cal:
+        parts = [
+            f"{group} median {100 * s['median']:.1f}%, p90 {100 * s['p90']:.1f}%"
+            for group, s in cal.items()
+            if isinstance(s, Mapping) and s.get("rows")
+        ]
+        calibration_text = (
+            "\n\nPredicted device times (`time_model.txt`) on the held-out problems, |predicted / measured - 1| "
+            "from the median and p90 of |log2 error|: " + "; ".join(parts) + "."
+        )
+    latency = summary.get("first_prediction_us_estimate")
+    latency_text = (
+        f"\n\nFirst prediction of a new problem on one core, as tuning estimates it from the tree nodes walked "
+        f"(`algosel.learn.speed`): {latency:.0f} us; `benchmarks/predict_speed.py` times it."
+        if latency is not None and latency == latency
+        else ""
+    )
     return (
         f"# {name}\n\nA selector trained by `algosel train` on {summary['train_problems']} problems of "
         f"{env.get('gpu_name')} (cuDNN {env.get('cudnn')}, torch {env.get('torch')}); "
-        f"{summary['test_problems']} problems of held-out shapes scored as below (time / best measured candidate).\n\n"
-        f"```\n{scores}\n```\n\nFiles: `model.txt` (LightGBM text model), `manifest.json` (schema, parameters, "
-        "data fingerprint, environment, scores, library versions), `catalogue.parquet` (recorded candidates), "
-        "`tuning.csv` (cross-validation of the tuning grid), `test_report.csv` (the held-out comparison).\n"
+        f"{summary['test_problems']} problems of held-out shapes scored as below (time / best measured candidate)."
+        f"{made}\n\n```\n{scores}\n```{calibration_text}{latency_text}\n\n"
+        "Files: `model.txt` (LightGBM text model), `time_model.txt` (LightGBM regression of log2 device time), "
+        "`manifest.json` (schema, parameters, data fingerprint, environment, scores, library versions, and the size "
+        "and SHA-256 of every other file), `catalogue.parquet` (recorded candidates), `tuning.csv` "
+        "(cross-validation of the tuning grid, with the estimated first-prediction latency of the settings tried), "
+        "`test_report.csv` (the held-out comparison).\n"
     )

@@ -1,44 +1,100 @@
 """``algosel evaluate``'s text report: the shipped model on its held-out shapes and leave-one-network-out.
 
-The metrics are :mod:`algosel.learn.evaluate`'s; this module runs them and formats the tables.
+The metrics are :mod:`algosel.learn.evaluate`'s (and the calibration of predicted times,
+:mod:`algosel.learn.time_model`'s); this module runs them, formats the tables and writes the report files:
+``report.csv`` (per direction and dtype), ``cells.csv`` (per direction x dtype x layout, with whether the model
+beats each baseline), ``top_k.csv`` and ``top_k.png`` (the measured shortlist), ``network_totals.csv`` and
+``report.json`` (everything).
 """
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from algosel.files import write_text
-from algosel.learn.artifact import SelectorError
+from algosel.files import write_bytes, write_text
+from algosel.learn.artifact import SelectorError, record_files
 from algosel.learn.evaluate import (
     SELECTORS,
     Prepared,
     beats_baselines,
-    held_out_table,
+    cell_table,
+    cell_wins,
+    is_test_shape,
     leave_one_network_out,
     network_totals,
+    pick_times,
     report,
     selector_table,
+    top_k_curve,
     with_pytorch_fallback,
 )
 from algosel.learn.ranker import RankerParams, fingerprint
 from algosel.learn.selector import Selector
+from algosel.learn.time_model import calibration, format_calibration
 from algosel.measure.suites import load_suites
 from algosel.records.environment import mismatches
 from algosel.records.store import load_records, main_environment
 
+TOP_K_CSV, TOP_K_PNG, CELLS_CSV = "top_k.csv", "top_k.png", "cells.csv"
+
 
 def format_comparison(comp: pd.DataFrame) -> str:
-    """A comparison table (:func:`~algosel.learn.evaluate.report`) as text: ratios to 3 places, shares in %."""
+    """A comparison table (:func:`~algosel.learn.evaluate.report`, :func:`~algosel.learn.evaluate.cell_table` or
+    :func:`~algosel.learn.evaluate.top_k_curve`) as text: ratios to 3 places, shares in %."""
     shown = comp.drop(columns=[c for c in ("model_invalid_top1",) if c in comp]).copy()
-    for col in ("geomean", "p95", "worst"):
-        shown[col] = shown[col].map(lambda v: f"{v:.3f}")
+    for col in ("geomean", "p95", "worst", "total_time_ratio"):
+        if col in shown:
+            shown[col] = shown[col].map(lambda v: f"{v:.3f}")
     for col in ("within_5pct", "top1"):
-        shown[col] = shown[col].map(lambda v: f"{100 * v:.1f}%")
-    return shown.to_string(index=False)
+        if col in shown:
+            shown[col] = shown[col].map(lambda v: f"{100 * v:.1f}%")
+    return shown.rename(columns={"total_time_ratio": "total"}).to_string(index=False)
+
+
+def format_cells(cells: pd.DataFrame, wins: pd.DataFrame) -> str:
+    """Per cell: the model's geomean, share within 5% and total-time ratio beside each baseline's, and the verdict."""
+    wide = cells.pivot_table(
+        index=["direction", "dtype", "layout"],
+        columns="selector",
+        values=["geomean", "within_5pct", "total_time_ratio"],
+    )
+    rows = []
+    for cell, w in zip(wins[["direction", "dtype", "layout"]].itertuples(index=False), wins.to_dict("records")):
+        key = tuple(cell)
+        row = {"cell": " ".join(key), "problems": w["problems"]}
+        for sel in ("model", "heuristic_a", "heuristic_b", "pytorch_default"):
+            if ("geomean", sel) not in wide.columns or pd.isna(wide.at[key, ("geomean", sel)]):
+                continue
+            row[sel] = (
+                f"{wide.at[key, ('geomean', sel)]:.3f} {100 * wide.at[key, ('within_5pct', sel)]:.0f}% "
+                f"{wide.at[key, ('total_time_ratio', sel)]:.2f}"
+            )
+        row["beats all"] = "yes" if w["all"] else "no"
+        rows.append(row)
+    return pd.DataFrame(rows).to_string(index=False)
+
+
+def top_k_figure(curve: pd.DataFrame, title: str):
+    """The measured-shortlist curve: geomean (left axis) and share within 5% (right axis) against k."""
+    from matplotlib.figure import Figure  # noqa: PLC0415 - heavy, and only needed here
+
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot(curve["k"], curve["geomean"], "o-", color="tab:blue", label="geomean time / best")
+    ax.set_xlabel("k (the model's k best-scored candidates, each timed once; the fastest kept)")
+    ax.set_ylabel("geomean time / best", color="tab:blue")
+    ax.set_xticks(list(curve["k"]))
+    right = ax.twinx()
+    right.plot(curve["k"], 100 * curve["within_5pct"], "s--", color="tab:red", label="within 5% of best")
+    right.set_ylabel("% of problems within 5% of best", color="tab:red")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    return fig
 
 
 def run_evaluation(
@@ -50,7 +106,9 @@ def run_evaluation(
     force: bool = False,
 ) -> str:
     """``algosel evaluate``: the shipped model on its held-out shapes, and leave-one-network-out; returns the
-    text report and writes ``report.csv``, ``network_totals.csv`` and ``report.json`` (each atomically).
+    text report and writes ``report.csv``, ``cells.csv``, ``top_k.csv``, ``top_k.png``, ``network_totals.csv`` and
+    ``report.json`` (each atomically). Where ``out`` is the model's own directory, its manifest's ``files`` records
+    the files written (:func:`~algosel.learn.artifact.record_files`), so that the directory stays verifiable.
 
     A model made for another GPU or cuDNN than the records' is refused (:class:`SelectorError`) unless ``force``:
     its engine configs and their speeds are specific to both, so its scores there would mean nothing. ``out``
@@ -82,24 +140,65 @@ def run_evaluation(
             "recomputed on them, and shapes the model was trained on may now be among the test shapes"
         )
     prep = Prepared.build(frame, envs)
-    table = held_out_table(sel, frame, prep)
+    test = prep.rows(is_test_shape(prep.shape))
+    shortlist = sel.manifest.get("shortlist_rank")
+    scores = sel.ranker.score(test.X)
+    table = selector_table(frame, pick_times(test.data, scores, shortlist))
     comp = report(table)
+    cells = cell_table(table)
+    wins = cell_wins(cells)
+    curve = top_k_curve(test.data, scores, shortlist_rank=shortlist)
     lines += [
         "",
         f"Held-out shapes ({len(table)} problems, never seen in training or tuning): time of each "
-        "selector's pick / best measured candidate",
+        "selector's pick / best measured candidate (total: sum of picked times / sum of best times)",
         format_comparison(comp),
         "",
         f"model's top-scored candidate invalid (fell through to the next): {100 * table['invalid_top1'].mean():.2f}%"
         f", of which silent wrong results: {100 * table['wrong_top1'].mean():.2f}%",
         "",
-        "Model beats heuristic A and PyTorch's default (geomean and within 5%):",
+        "Model beats heuristic A, heuristic B and PyTorch's default (geomean and within 5%):",
         beats_baselines(comp).to_string(index=False),
+        "",
+        "Per direction x dtype x layout (geomean, within 5%, total time); the model beats a baseline in a cell when "
+        "its geomean is lower, its share within 5% no lower and its total no higher:",
+        format_cells(cells, wins),
+        f"cells where the model beats mode A, mode B and PyTorch's default: {int(wins['all'].sum())} of {len(wins)}",
+        "",
+        "Measured shortlist: the model's k best-scored candidates timed once, the fastest kept (time / best):",
+        format_comparison(curve),
     ]
-    result: dict[str, Any] = {"test": comp.to_dict("records"), "test_problems": len(table)}
+    time_cal = None
+    if sel.time_model is not None:
+        predicted = sel.time_model.predict_log2_ms(
+            test.X, num_threads=int(sel.manifest["params"].get("num_threads", 1))
+        )
+        time_cal = calibration(test.data, predicted, table["model_candidate"])
+        lines += [
+            "",
+            "Predicted device times on the held-out problems: |predicted / measured - 1| as median and p90 of "
+            "|log2 error| (2^x - 1); chosen: the model's pick",
+            format_calibration(time_cal),
+        ]
+    else:
+        lines += ["", "This model has no time model (no predicted times)."]
+    result: dict[str, Any] = {
+        "test": comp.to_dict("records"),
+        "test_problems": len(table),
+        "cells": cells.to_dict("records"),
+        "cell_wins": wins.to_dict("records"),
+        "top_k": curve.to_dict("records"),
+        "time_calibration": time_cal,
+    }
     # Not the model directory by default: its committed report must not be overwritten by a partial run.
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text(out_dir / "report.csv", comp.to_csv(index=False))
+    write_text(out_dir / CELLS_CSV, cells.merge(wins, on=["direction", "dtype", "layout"]).to_csv(index=False))
+    write_text(out_dir / TOP_K_CSV, curve.to_csv(index=False))
+    png = io.BytesIO()
+    top_k_figure(curve, f"Measured shortlist, {len(table):,} held-out problems").savefig(png, format="png", dpi=110)
+    write_bytes(out_dir / TOP_K_PNG, png.getvalue())
+    written = ["report.csv", CELLS_CSV, TOP_K_CSV, TOP_K_PNG]
     if lono:
         suites = load_suites()
         params = RankerParams(
@@ -125,8 +224,13 @@ def run_evaluation(
             shown.to_string(index=False),
         ]
         result.update(lono=lono_comp.to_dict("records"), network_totals=totals.to_dict("records"))
+        written.append("network_totals.csv")
     write_text(out_dir / "report.json", json.dumps(result, indent=1, default=float) + "\n")
-    lines += ["", f"wrote {out_dir / 'report.csv'}, {out_dir / 'report.json'}"]
+    written.append("report.json")
+    if out_dir.resolve() == Path(model_dir).resolve():
+        # The model's own directory (how its committed report is made): the manifest records the new files.
+        record_files(out_dir, written)
+    lines += ["", "wrote " + ", ".join(str(out_dir / f) for f in written)]
     return "\n".join(lines)
 
 
