@@ -69,11 +69,23 @@ def test_fully_connected_mode_runs_as_gemm_forward_and_backward(executor):
     assert s.get("gemm", 0) == 3, s  # forward, grad-input and grad-weight all lowered to matmuls
 
 
+class WithoutTimeModel:
+    """The shipped selector as a model trained without a time model sees it."""
+
+    time_model = None
+
+    def __init__(self, sel):
+        self._sel = sel
+
+    def __getattr__(self, name):
+        return getattr(self._sel, name)
+
+
 def test_an_unrecorded_problem_without_a_gain_estimate_passes_through(shipped):
     """A network the model knows nothing about runs at PyTorch's speed: no records, no measurement, no predicted
     times, no switch."""
     hook.reset_stats()
-    ex = hook.Executor(selector=shipped, live=False)
+    ex = hook.Executor(selector=WithoutTimeModel(shipped), live=False)
     x, w = torch.randn(64, 256, 6, 6), torch.randn(512, 256, 6, 6)
     with hook.enabled(ex):
         torch.testing.assert_close(F.conv2d(x, w), REF(x, w))
