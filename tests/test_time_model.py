@@ -63,6 +63,8 @@ def test_calibration_groups_on_a_known_answer():
     text = format_calibration(cal)
     assert "pytorch_default" in text and "chosen" in text and "%" in text
     assert "chosen" not in calibration(data, predicted)
+    no_default = calibration(data[data["candidate_id"] != "pytorch:default"], predicted[[1, 2, 4]])
+    assert no_default["pytorch_default"]["rows"] == 0 and "pytorch_default" not in format_calibration(no_default)
 
 
 def test_time_model_learns_device_times_from_real_records(slice_records):

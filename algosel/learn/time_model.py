@@ -205,11 +205,11 @@ def calibration(data: pd.DataFrame, predicted_log2_ms: np.ndarray, chosen: pd.Se
 
 
 def format_calibration(cal: Mapping[str, Mapping[str, float]]) -> str:
-    """A :func:`calibration` as text lines: median and p90 of the error per group."""
+    """A :func:`calibration` as text lines: median and p90 of the error per group (groups without rows left out)."""
     lines = []
     for group, s in cal.items():
-        if not isinstance(s, Mapping) or "median" not in s:
-            continue
+        if not isinstance(s, Mapping) or "median" not in s or not s.get("rows"):
+            continue  # e.g. PyTorch's default for a legacy-algorithm model: no such candidate
         lines.append(
             f"  {group:16s} median {100 * s['median']:5.1f}%   p90 {100 * s['p90']:6.1f}%   ({s['rows']} candidates)"
         )
