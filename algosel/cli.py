@@ -425,7 +425,8 @@ def cmd_predict(args) -> int:
     for i, c in enumerate(choices, 1):
         ws = "?" if c.workspace_bytes is None else c.workspace_bytes
         algo = f"  {c.cudnn_algo} ({c.engine_id}) with {c.cudnn_math_type}" if c.cudnn_algo else ""
-        print(f"  {i}. {c.candidate_id}  score {c.score:.3f}  workspace {ws} bytes  ({c.source}){algo}")
+        t = "" if c.predicted_time_ms is None else f"  predicted {c.predicted_time_ms:.4g} ms"
+        print(f"  {i}. {c.candidate_id}  score {c.score:.3f}{t}  workspace {ws} bytes  ({c.source}){algo}")
     return 0
 
 
