@@ -41,7 +41,12 @@ def main() -> None:
     import algosel
     from algosel.learn.models import default_model_dir
     from algosel.learn.selector import Selector
-    from algosel.learn.speed import estimated_first_prediction_us, first_prediction_nodes, first_prediction_us, new_problems
+    from algosel.learn.speed import (
+        estimated_first_prediction_us,
+        first_prediction_nodes,
+        first_prediction_us,
+        new_problems,
+    )
 
     model_dir = Path(args.model) if args.model else default_model_dir()
     t0 = time.perf_counter()

@@ -211,8 +211,13 @@ def measure_hook(problem: ConvProblem, x, w, args_) -> dict:
                 pairs.append((t[0], t[1]))
         d = statistics.median(a for a, _ in pairs)
         h = statistics.median(b for _, b in pairs)
-        out[name] = {"route": "/".join(routes), "table": ex.fast_run is not None, "F.conv2d_us": round(d, 2),
-                     "hook_us": round(h, 2), "extra_us": round(statistics.median(b - a for a, b in pairs), 2)}
+        out[name] = {
+            "route": "/".join(routes),
+            "table": ex.fast_run is not None,
+            "F.conv2d_us": round(d, 2),
+            "hook_us": round(h, 2),
+            "extra_us": round(statistics.median(b - a for a, b in pairs), 2),
+        }
     return out
 
 

@@ -210,8 +210,8 @@ def test_the_dispatch_table_runs_gemm_routes_as_gemm_conv_does(shipped, ext, tmp
     if layout == "nhwc":
         cases.append((torch.randn(8, 64, 14, 14), torch.randn(32, 64, 1, 1)))  # 1x1, one product in NHWC
     ex = hook.Executor(selector=Preferring(shipped, "gemm"), cache=tmp_path)
-    for x, w in cases:
-        x, w, b = x.cuda().half(), w.cuda().half(), torch.randn(w.shape[0], device="cuda").half()
+    for x_cpu, w_cpu in cases:
+        x, w, b = x_cpu.cuda().half(), w_cpu.cuda().half(), torch.randn(w_cpu.shape[0], device="cuda").half()
         if layout == "nhwc":
             x, w = x.contiguous(memory_format=torch.channels_last), w.contiguous(memory_format=torch.channels_last)
         x.requires_grad_()

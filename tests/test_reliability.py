@@ -34,9 +34,9 @@ from conftest import REPO, SLICE
 import algosel
 from algosel.files import atomic_directory, write_text
 from algosel.learn.artifact import CATALOGUE_FILE, MANIFEST_FILE, MODEL_FILE, SelectorError, verify_directory
-from algosel.learn.time_model import TIME_MODEL_FILE
 from algosel.learn.models import load_default
 from algosel.learn.selector import ExtrapolationWarning, Selector
+from algosel.learn.time_model import TIME_MODEL_FILE
 from algosel.learn.train import SMALL_DATA_ROWS, training_threads
 from algosel.problem import ConvProblem
 from algosel.records import RecordsError, load_records, read_part, write_part

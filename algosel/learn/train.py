@@ -20,6 +20,7 @@ partner waits for a core slowed training 7-fold (tiny records: 7 s on one thread
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -268,7 +269,7 @@ def _model_readme(name: str, summary: Mapping[str, Any], env: Mapping[str, Any])
     latency_text = (
         f"\n\nFirst prediction of a new problem on one core, as tuning estimates it from the tree nodes walked "
         f"(`algosel.learn.speed`): {latency:.0f} us; `benchmarks/predict_speed.py` times it."
-        if latency is not None and latency == latency
+        if latency is not None and not math.isnan(latency)
         else ""
     )
     return (
