@@ -357,3 +357,16 @@ def test_record_mode_keeps_the_unrecorded_problems_met_with_call_counts(shipped,
     # an environment variable does the same for code that cannot pass record=
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "from_env.csv"))
     assert hook.Executor(selector=shipped, live=False)._recorder.path.name == "from_env.csv"
+
+
+def test_gemm_mixed_with_other_paths_passes_through_where_the_compiled_path_runs_the_rest():
+    """A GEMM direction beside a cuDNN plan or a pass-through would need the Python Function (host time the switch
+    rule does not charge): with the compiled path, that direction passes through; an all-GEMM convolution keeps
+    its GEMMs."""
+    plan = executor_mod._Plan
+    gemm, cudnn, native = plan(object(), "gemm"), plan(None, "cudnn", native_id=4), plan(None, "pytorch:fastest")
+    mixed = executor_mod.compiled_plans([gemm, cudnn, native])
+    assert [p.path for p in mixed] == ["pytorch:gemm mixed with other paths", "cudnn", "pytorch:fastest"]
+    assert mixed[0].runner is None and mixed[0].native_id < 0 and mixed[1] is cudnn and mixed[2] is native
+    assert executor_mod.compiled_plans([gemm, gemm]) == [gemm, gemm]
+    assert executor_mod.compiled_plans([cudnn, native]) == [cudnn, native]

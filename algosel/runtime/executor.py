@@ -110,6 +110,19 @@ class _Plan:
     native_id: int = -1  # the plan's id in the compiled path, where it was loaded there
 
 
+def compiled_plans(plans: list[_Plan]) -> list[_Plan]:
+    """A convolution's plans with its GEMM directions passed through where GEMM is mixed with other paths.
+
+    Such a mix runs only as the Python autograd Function (about 60 us of host time a call, more than the one
+    direction's GEMM gain usually saves in a host-bound step; the switch rule judges each direction alone and does
+    not see it), while without the GEMM directions the compiled path runs the rest at PyTorch's own host cost. A
+    convolution whose every direction is GEMM keeps it.
+    """
+    if not any(p.path == "gemm" for p in plans) or all(p.path == "gemm" for p in plans):
+        return plans
+    return [_Plan(None, "pytorch:gemm mixed with other paths") if p.path == "gemm" else p for p in plans]
+
+
 @dataclass
 class _Route:
     """What one call signature does (see the module docstring for the kinds)."""
@@ -491,6 +504,8 @@ class Executor:
             # Nothing is decided inside a CUDA graph capture (deciding may measure, which synchronizes).
             return _Route("native", None, ("pytorch:capturing",))
         plans = [self.plan(p, device) for p in directions]
+        if device.type == "cuda" and self.native_module() is not None:
+            plans = compiled_plans(plans)
         reasons = tuple(p.path for p in plans)
         if all(p.runner is None and p.native_id < 0 for p in plans):
             route = _Route("native", problem, reasons)
