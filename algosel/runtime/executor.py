@@ -773,10 +773,13 @@ def set_global_executor(ex: Executor | None) -> None:
         module.set_global_table(_table_of(ex))
 
 
-def install_dispatch(python_conv2d: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+def install_dispatch(
+    python_conv2d: Callable[..., torch.Tensor], unheld_conv2d: Callable[..., torch.Tensor]
+) -> Callable[..., torch.Tensor]:
     """What ``F.conv2d`` becomes while the hook is on: the compiled path's ``conv2d`` where it loads (a call whose
-    signature the current executor's table holds costs no Python; every other goes to ``python_conv2d``), else
-    ``python_conv2d`` itself. Under ``torch.compile``, dynamo traces ``python_conv2d`` in its place."""
+    signature the current executor's table holds costs no Python; every other goes to ``unheld_conv2d``, the Python
+    hook less its own look at the table), else ``python_conv2d`` itself. Under ``torch.compile``, dynamo traces
+    ``python_conv2d`` in its place."""
     module = _dispatch["module"]
     if module is None:
         from algosel.runtime import native  # noqa: PLC0415
@@ -784,7 +787,7 @@ def install_dispatch(python_conv2d: Callable[..., torch.Tensor]) -> Callable[...
         ext = native.load()
         if ext is None or not hasattr(ext, "conv2d"):
             return python_conv2d
-        ext.set_fallback(python_conv2d)
+        ext.set_fallback(unheld_conv2d)
         try:
             torch._dynamo.substitute_in_graph(ext.conv2d, skip_signature_check=True)(python_conv2d)
         except (AttributeError, TypeError, ValueError) as exc:  # no polyfills in this torch: compile would break

@@ -49,18 +49,32 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """Drop-in for ``torch.nn.functional.conv2d`` that runs the executor's decisions (see the module docstring)."""
     if torch.compiler.is_compiling():  # first: dynamo traces the custom op, never the routing below
         return compiled_conv2d(input, weight, bias, stride, padding, dilation, groups)
-    ex = getattr(_executor._local, "executor", None)
+    ex = getattr(_executor._local, "executor", None)  # inline: this is the Python path's per-call cost
     if ex is None:
         ex = _executor._global["executor"]
-    # ex is False while this thread plans (measurements run PyTorch's own convolutions)
-    if not ex:
-        return original_conv2d(input, weight, bias, stride, padding, dilation, groups)
-    fast = ex.fast_run
+    fast = ex.fast_run if ex else None
     if fast is not None:  # a planned signature runs in C++ (None: not held, or not a plain tensor call)
         out = fast(input, weight, bias, stride, padding, dilation, groups)
         if out is not None:
             return out
-    if not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
+    return _run(ex, input, weight, bias, stride, padding, dilation, groups)
+
+
+def _unheld_conv2d(input, weight, bias, stride, padding, dilation, groups):  # noqa: A002
+    """The compiled dispatch's fallback: a call its current table does not hold (it has looked already)."""
+    return _run(_routing_executor(), input, weight, bias, stride, padding, dilation, groups)
+
+
+def _routing_executor() -> Executor | None | bool:
+    """This thread's executor over the process's; False while this thread plans (measurements run PyTorch's own
+    convolutions)."""
+    ex = getattr(_executor._local, "executor", None)
+    return _executor._global["executor"] if ex is None else ex
+
+
+def _run(ex, input, weight, bias, stride, padding, dilation, groups):  # noqa: A002
+    """The call through ``ex``'s Python path (``ex`` falsy while planning or off: PyTorch's own)."""
+    if not ex or not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
         return original_conv2d(input, weight, bias, stride, padding, dilation, groups)
     return run_conv(ex, input, weight, bias, stride, padding, dilation, groups)
 
@@ -77,7 +91,7 @@ def enable(executor: Executor | None = None, **config: Any) -> Executor:
     """Route every ``F.conv2d`` of the process (``**config`` configures the shared :class:`Executor`)."""
     ex = _executor_for(executor, config)
     set_global_executor(ex)
-    F.conv2d = install_dispatch(conv2d)
+    F.conv2d = install_dispatch(conv2d, _unheld_conv2d)
     return ex
 
 
@@ -98,7 +112,7 @@ def enabled(executor: Executor | None = None, **config: Any) -> Iterator[Executo
     """
     ex = _executor_for(executor, config)
     previous, patched = getattr(_executor._local, "executor", None), F.conv2d
-    F.conv2d = install_dispatch(conv2d)
+    F.conv2d = install_dispatch(conv2d, _unheld_conv2d)
     set_local_executor(ex)
     try:
         yield ex
