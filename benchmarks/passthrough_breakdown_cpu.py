@@ -15,6 +15,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from standins import Predicting
 from torch import nn
 
 from algosel.learn.models import load_default
@@ -36,22 +37,6 @@ class Block(nn.Module):
         return x + self.n(self.c(F.relu(self.b(F.relu(self.a(x))))))
 
 
-class Pass:
-    """A selector stand-in whose time predictions never favour leaving PyTorch's path."""
-
-    def __init__(self, sel):
-        self._s = sel
-
-    def __getattr__(self, name):
-        return getattr(self._s, name)
-
-    def is_recorded(self, problem):
-        return False
-
-    def predicted_time_ms(self, problem, ids):
-        return dict.fromkeys(ids, 1.0)
-
-
 def main() -> None:
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), *[Block(8) for _ in range(17)])
     x = torch.randn(2, 3, 8, 8)
@@ -62,7 +47,7 @@ def main() -> None:
         model(x).square().mean().backward()
         opt.step()
 
-    ex = hook.Executor(selector=Pass(load_default()), cache=False)
+    ex = hook.Executor(selector=Predicting(load_default()), cache=False)
     original = F.conv2d
 
     def wrapper(*a, **k):

@@ -26,24 +26,9 @@ import time
 
 import torch
 import torch.nn.functional as F
+from standins import Predicting
 
 VARIANTS = ("default", "python-wrapper", "hook-enable", "hook-enabled-per-step", "hook-python-path")
-
-
-class _PassEverything:
-    """A selector stand-in whose time predictions never favour leaving PyTorch's path."""
-
-    def __init__(self, sel):
-        self._sel = sel
-
-    def __getattr__(self, name):
-        return getattr(self._sel, name)
-
-    def is_recorded(self, problem):
-        return False
-
-    def predicted_time_ms(self, problem, candidate_ids):
-        return dict.fromkeys(candidate_ids, 1.0)
 
 
 def run(net: str, amp: bool, rounds: int) -> dict:
@@ -65,8 +50,8 @@ def run(net: str, amp: bool, rounds: int) -> dict:
     def wrapper(*args, **kwargs):
         return original(*args, **kwargs)
 
-    ex = hook.Executor(selector=_PassEverything(load_default()), cache=False)
-    ex_python = hook.Executor(selector=_PassEverything(load_default()), cache=False, native=False)
+    ex = hook.Executor(selector=Predicting(load_default()), cache=False)
+    ex_python = hook.Executor(selector=Predicting(load_default()), cache=False, native=False)
 
     def step():
         opt.zero_grad(set_to_none=True)

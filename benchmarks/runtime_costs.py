@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from standins import Predicting
 
 from algosel.operands import conv_args, make_operands, relative_error
 from algosel.problem import ConvProblem
@@ -166,23 +167,6 @@ def measure_problem(space, ext, problem: ConvProblem) -> dict:
     return row
 
 
-class _Predicting:
-    """The shipped selector with stand-in predicted times: ``faster`` (a space's prefix, or None) predicted ten
-    times faster than PyTorch's default, everything else as fast; so the route measured is the one asked for."""
-
-    def __init__(self, sel, faster: str | None):
-        self._sel, self._faster = sel, faster
-
-    def __getattr__(self, name):
-        return getattr(self._sel, name)
-
-    def is_recorded(self, problem):
-        return False
-
-    def predicted_time_ms(self, problem, candidate_ids):
-        return {c: 0.1 if self._faster and c.startswith(self._faster + ":") else 1.0 for c in candidate_ids}
-
-
 def measure_hook(problem: ConvProblem, x, w, args_) -> dict:
     """Host us per forward call through the hook (``F.conv2d`` switched on), per route, beside PyTorch's own
     ``F.conv2d`` measured in the same rotation (pairs of blocks, ABBA)."""
@@ -192,10 +176,10 @@ def measure_hook(problem: ConvProblem, x, w, args_) -> dict:
     sel = load_default()
     original = F.conv2d
     variants = {
-        "pass-through": hook.Executor(selector=_Predicting(sel, None), cache=False),
-        "pass-through, Python path": hook.Executor(selector=_Predicting(sel, None), cache=False, native=False),
-        "cudnn plan": hook.Executor(selector=_Predicting(sel, "cudnn"), cache=False),
-        "gemm": hook.Executor(selector=_Predicting(sel, "gemm"), cache=False),
+        "pass-through": hook.Executor(selector=Predicting(sel), cache=False),
+        "pass-through, Python path": hook.Executor(selector=Predicting(sel), cache=False, native=False),
+        "cudnn plan": hook.Executor(selector=Predicting(sel, "cudnn"), cache=False),
+        "gemm": hook.Executor(selector=Predicting(sel, "gemm"), cache=False),
     }
     out: dict = {}
     for name, ex in variants.items():

@@ -23,19 +23,7 @@ import time
 import warnings
 
 import torch
-
-
-class _Unrecorded:
-    """The selector as it sees a problem that its records lack (the candidates are the problem's own list)."""
-
-    def __init__(self, sel):
-        self._sel = sel
-
-    def __getattr__(self, name):
-        return getattr(self._sel, name)
-
-    def is_recorded(self, problem):
-        return False
+from standins import Unrecorded
 
 
 def held_out_problems(sel) -> list:
@@ -52,7 +40,7 @@ def score(sel, problems, margin: float, min_gain_us: float) -> dict:
     from algosel.runtime import executor as ex_mod
 
     ex_mod.MIN_PREDICTED_RATIO = margin
-    ex = ex_mod.Executor(selector=_Unrecorded(sel), cache=False, native=False, min_gain_us=min_gain_us, live=False)
+    ex = ex_mod.Executor(selector=Unrecorded(sel), cache=False, native=False, min_gain_us=min_gain_us, live=False)
     ex.overhead_us = lambda problem, candidate_id: 0.0  # the compiled path (docs/hook.md: -1.8 to +0.9 us)
     ratios, switched, picked_total, default_total, slower1, slower5 = [], [], 0.0, 0.0, 0, 0
     for p in problems:

@@ -1,0 +1,33 @@
+"""Selector stand-ins for the runtime benchmarks: the shipped selector, seen as if its records lacked every problem,
+with predicted times chosen so that the route a benchmark measures is the one the executor takes.
+
+Imported by the scripts beside it (``python benchmarks/<script>.py`` puts this folder on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+
+class Unrecorded:
+    """The selector as it sees a problem its records lack (its candidates: the nearest recorded problem's list)."""
+
+    def __init__(self, sel):
+        self._sel = sel
+
+    def __getattr__(self, name):
+        return getattr(self._sel, name)
+
+    def is_recorded(self, problem):
+        return False
+
+
+class Predicting(Unrecorded):
+    """... with stand-in predicted times: the candidates of space ``faster`` (e.g. ``"cudnn"``) ten times faster
+    than PyTorch's default, everything else as fast as it (``faster=None``: nothing pays for leaving PyTorch's path,
+    so every convolution passes through)."""
+
+    def __init__(self, sel, faster: str | None = None):
+        super().__init__(sel)
+        self._faster = faster
+
+    def predicted_time_ms(self, problem, candidate_ids):
+        return {c: 0.1 if self._faster and c.startswith(self._faster + ":") else 1.0 for c in candidate_ids}
