@@ -1,15 +1,18 @@
 """Training steps of a zoo of real networks: the hook against PyTorch's default and benchmark mode (GPU).
 
     python benchmarks/zoo.py --out zoo.jsonl [--nets resnet50,fpn] [--jobs paired,benchmark,warm] [--timeout-s 240]
+    python benchmarks/zoo.py --nets mynet --model my-models/h200-mynet --jobs paired --out mynet.jsonl
     python benchmarks/zoo.py --summarize zoo.jsonl
 
 Every job runs in a process of its own (PyTorch caches the plan it picked per shape in a process whatever the
 benchmark flag, so benchmark mode needs its own), and appends one JSON line per (network, dtype) to ``--out``:
 
-- ``paired``: PyTorch's default, the hook in prediction mode (``hook.enabled()``) and in verify mode
-  (``hook.enabled(verify=3)``) side by side in one process (pass-through convolutions share PyTorch's plans): blocks
-  of steps in ABBA-like rotation; medians of the step times per mode and their ratios to the default; the host time
-  to enqueue one step behind a blocked stream, and the GPU kernel time per step (torch.profiler). Before that, the
+- ``paired``: PyTorch's default, the hook in prediction mode (``hook.enabled()``), in verify mode
+  (``hook.enabled(verify=3)``) and, as a control, the hook with every convolution passing through (``native``: what
+  the dispatch alone costs, and how far two modes that run the same kernels differ in this run) side by side in one
+  process (pass-through convolutions share PyTorch's plans): slots of a few steps in ABBA rotation; medians of the
+  slot times per mode and of their ratios to the neighbouring default slot; the host CPU time per step, and the
+  GPU kernel time per step (torch.profiler). Before that, the
   first step of verify mode with an empty persistent cache (cold: it measures every new problem), after the
   default's own first step (PyTorch's plans are then warm). The hook is switched on around every step, as a user
   writes it.
@@ -17,9 +20,10 @@ benchmark flag, so benchmark mode needs its own), and appends one JSON line per 
 - ``warm``: verify mode's first step in a new process with the persistent cache the paired job filled, against
   PyTorch's default's first step there.
 
-Networks: torchvision's (classification, segmentation) at batch sizes people train with, and a detection FPN head
-(algosel.measure.suites.FPNHead) over 20 input sizes that no records hold (a new size at every step). Each in
-float32 (TF32 allowed, NCHW) and float16 autocast with channels_last.
+Networks: torchvision's (classification, segmentation) at batch sizes people train with, a detection FPN head
+(algosel.measure.suites.FPNHead) over 20 input sizes that no records hold (a new size at every step), and the
+tutorial's MyNet (examples/mynet.py, batch 16 at 128x128). Each in float32 (TF32 allowed, NCHW) and float16
+autocast with channels_last. ``--model`` gives the hook another selector (a model directory).
 """
 
 from __future__ import annotations
@@ -49,12 +53,15 @@ NETS: dict[str, tuple[int, int, str]] = {
     "deeplabv3_resnet50": (4, 384, "seg"),
     "fcn_resnet50": (4, 384, "seg"),
     "fpn": (1, 0, "fpn"),
+    "mynet": (16, 128, "example"),
 }
 DTYPES = ("float32", "amp")
 #: 20 detection input sizes (multiples of 32 around 672x1024, a common multi-scale training range), none of them
 #: among the FPN suite's 20 sizes around 800x1216 that the records hold.
 FPN_SIZES = tuple((h, w) for h in (608, 640, 672, 704, 736) for w in (960, 992, 1024, 1088))
-MODES = ("default", "predict", "verify")
+MODES = ("default", "predict", "verify", "native")
+#: The model directory of ``--model`` (None: the shipped model for this GPU).
+MODEL = os.environ.get("ALGOSEL_ZOO_MODEL") or None
 #: A quick run of the driver on CPU (tests): small FPN sizes, one block.
 SMOKE = os.environ.get("ALGOSEL_ZOO_SMOKE") == "1"
 
@@ -75,6 +82,13 @@ def _build(name: str, dtype: str, device: str):
         inputs = [
             [t.contiguous(memory_format=mf) for t in model.example_inputs(h, w, batch, device=device)] for h, w in sizes
         ]
+    elif kind == "example":
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+        from mynet import make_model
+
+        model = make_model().to(device).to(memory_format=mf)
+        batch, size = (2, 64) if SMOKE else (batch, size)
+        inputs = [[torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=mf)]]
     else:
         import torchvision
 
@@ -100,16 +114,34 @@ def _build(name: str, dtype: str, device: str):
 
 def _mode(mode: str, hook):
     """The context each mode's steps run in. Prediction mode keeps its decisions in a cache of its own, so that it
-    does not reuse what verify mode measured in the same run."""
+    does not reuse what verify mode measured in the same run; the control passes every convolution through."""
     import contextlib
 
     from algosel.runtime.native import cache_root
 
+    sel = {}
+    if MODEL:
+        from algosel.learn.selector import Selector
+
+        sel = {"selector": _selector(Selector, MODEL)}
     if mode == "predict":
-        return lambda: hook.enabled(cache=cache_root() / "zoo-predict")
+        return lambda: hook.enabled(cache=cache_root() / "zoo-predict", **sel)
     if mode == "verify":
-        return lambda: hook.enabled(verify=3)
+        return lambda: hook.enabled(verify=3, **sel)
+    if mode == "native":
+        return lambda: hook.enabled(cache=False, min_gain_us=math.inf, **sel)
     return contextlib.nullcontext
+
+
+_selectors: dict = {}
+
+
+def _selector(cls, path: str):
+    """One Selector per model directory (the hook's executors are shared per configuration, the selector's
+    identity included)."""
+    if path not in _selectors:
+        _selectors[path] = cls.load(path)
+    return _selectors[path]
 
 
 def _run_steps(step, ctx, count: int, first: int = 0) -> None:
@@ -151,7 +183,8 @@ def _kernel_ms(step, ctx, n_inputs: int) -> float:
     return total_us / 1e3 / n_inputs
 
 
-def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, per_block: int = 5) -> dict:
+def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, per_block: int = 5,
+               slot_steps: int = 3) -> dict:  # fmt: skip
     import torch
 
     from algosel.runtime import hook
@@ -162,6 +195,8 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, pe
     per_block = max(per_block, n)
     rounds = 2 if SMOKE else rounds
     out: dict = {"net": name, "dtype": dtype, "job": "paired", "batch": NETS[name][0], "inputs": n}
+    if MODEL:
+        out["model"] = MODEL
     out["default_first_pass_s"] = _wall_s(step, ctx["default"], n, sync)
     t0 = time.perf_counter()
     out["verify_cold_first_pass_s"] = _wall_s(step, ctx["verify"], n, sync)
@@ -172,17 +207,20 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, pe
     out["predict_first_pass_s"] = _wall_s(step, ctx["predict"], n, sync)
     for m in MODES:
         _run_steps(step, ctx[m], 2)
-    # Single steps (a pass over the inputs for the FPN) in rotation D P V V P D ..., each timed to its end: host-bound
-    # steps of this machine vary by 30% from block to block, far more than between neighbours.
+    # Slots of a few steps (a pass over the inputs for the FPN) in rotation D P V N N V P D ..., each timed to its
+    # end: host-bound steps of this machine vary by 30% from block to block, far more than between neighbours, and
+    # single steps by 10-15% (a slot of 3 averages that down).
+    steps = n if n > 1 else max(1, slot_steps)
+    out["slot_steps"] = steps
     times: dict[str, list[float]] = {m: [] for m in MODES}
     order = list(MODES)
     for r in range(rounds):
         for m in order if r % 2 == 0 else order[::-1]:
-            times[m].append(1e3 * _wall_s(step, ctx[m], n, sync) / n)
+            times[m].append(1e3 * _wall_s(step, ctx[m], steps, sync) / steps)
     for m in MODES:
         out[f"{m}_step_ms"] = statistics.median(times[m])
         out[f"{m}_steps_ms"] = [round(t, 3) for t in times[m]]
-    for m in ("predict", "verify"):
+    for m in MODES[1:]:
         # the median of the ratios of neighbouring steps, and the ratio of the medians
         out[f"{m}_vs_default"] = statistics.median(a / b for a, b in zip(times[m], times["default"]))
         out[f"{m}_vs_default_of_medians"] = out[f"{m}_step_ms"] / out["default_step_ms"]
@@ -240,7 +278,7 @@ JOBS = {"paired": job_paired, "benchmark": job_benchmark, "warm": job_warm}
 def _child(args) -> int:
     for dtype in args.dtype.split(","):
         try:
-            kwargs = {"rounds": args.rounds} if args.job == "paired" else {}
+            kwargs = {"rounds": args.rounds, "slot_steps": args.slot_steps} if args.job == "paired" else {}
             result = JOBS[args.job](args.net, dtype, args.device, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a failed dtype is a result row; the next one still runs
             import traceback
@@ -260,10 +298,12 @@ def drive(args) -> None:
             dtypes = DTYPES if job != "benchmark" or net != "fpn" else ("float32",)
             # One process per (job, network): the dtypes share it (their shapes differ, so do PyTorch's plans).
             cmd = [sys.executable, __file__, "--child", "--job", job, "--net", net, "--dtype", ",".join(dtypes),
-                   "--device", args.device, "--rounds", str(args.rounds)]  # fmt: skip
+                   "--device", args.device, "--rounds", str(args.rounds),
+                   "--slot-steps", str(args.slot_steps)]  # fmt: skip
+            env = dict(os.environ, **({"ALGOSEL_ZOO_MODEL": args.model} if args.model else {}))
             t0 = time.perf_counter()
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, check=False)
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, check=False, env=env)
                 rows = [json.loads(ln[7:]) for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
                 done = {r["dtype"] for r in rows}
                 rows += [{"net": net, "dtype": d, "job": job, "error": proc.stderr[-1500:] or "no result"}
@@ -279,40 +319,48 @@ def drive(args) -> None:
                 row["job_s"] = job_s
                 with out.open("a") as fh:
                     fh.write(json.dumps(row, default=float) + "\n")
-                brief = {k: row[k] for k in ("default_step_ms", "predict_vs_default", "verify_vs_default",
-                                             "benchmark_step_ms", "error") if k in row}  # fmt: skip
+                keys = ("default_step_ms", "predict_vs_default", "verify_vs_default", "native_vs_default",
+                        "benchmark_step_ms", "error")  # fmt: skip
+                brief = {k: row[k] for k in keys if k in row}
                 print(f"{job:9s} {net:20s} {row['dtype']:7s} {job_s:6.1f}s {json.dumps(brief, default=float)[:300]}",
                       flush=True)  # fmt: skip
     print(summarize(out))
 
 
 def summarize(path: Path) -> str:
-    """The zoo table from a results file."""
+    """The zoo table from a results file (hook modes as ratios to the default's neighbouring slots; host and kernel
+    time per step for default / prediction / verify / pass-through control; verify warm against benchmark mode's
+    steady step, and verify's cold first pass against benchmark mode's tuning, where both were run)."""
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     by: dict[tuple[str, str], dict] = {}
     for r in rows:
         if "error" not in r:
             by.setdefault((r["net"], r["dtype"]), {}).update({k: v for k, v in r.items() if k not in ("job",)})
-    head = ("| network | dtype | default ms | predict ms (x default) | verify ms (x default) | benchmark ms | "
-            "host ms D/P/V | kernel ms D/P/V | verify cold 1st pass s | benchmark 1st pass s | "
-            "verify warm 1st pass s |")  # fmt: skip
+    head = ("| network | dtype | default ms | predict ms (x default) | verify ms (x default) | "
+            "control ms (x default) | benchmark ms | verify / benchmark | host ms D/P/V/C | kernel ms D/P/V/C | "
+            "verify cold 1st pass s | benchmark 1st pass s | cold / tuning | verify warm 1st pass s |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    ratios_p, ratios_v = [], []
+    ratios: dict[str, list[float]] = {m: [] for m in MODES[1:]}
     for (net, dtype), r in sorted(by.items()):
 
         def f(k, d=2, r=r):
             v = r.get(k)
             return "" if v is None else f"{v:.{d}f}"
 
-        if "predict_vs_default" in r:
-            ratios_p.append(r["predict_vs_default"])
-            ratios_v.append(r["verify_vs_default"])
+        def ratio(a, b, r=r):
+            return f"{r[a] / r[b]:.3f}" if r.get(a) and r.get(b) else ""
+
+        for m, values in ratios.items():
+            if f"{m}_vs_default" in r:
+                values.append(r[f"{m}_vs_default"])
         hosts = "/".join(f(f"{m}_host_ms", 1) for m in MODES)
         kernels = "/".join(f(f"{m}_kernel_ms", 1) for m in MODES)
+        modes = " | ".join(f"{f(f'{m}_step_ms')} ({f(f'{m}_vs_default', 3)})" for m in MODES[1:])
         lines.append(
-            f"| {net} | {dtype} | {f('default_step_ms')} | {f('predict_step_ms')} ({f('predict_vs_default', 3)}) | "
-            f"{f('verify_step_ms')} ({f('verify_vs_default', 3)}) | {f('benchmark_step_ms')} | {hosts} | {kernels} | "
-            f"{f('verify_cold_first_pass_s')} | {f('benchmark_first_pass_s')} | {f('verify_warm_first_pass_s')} |"
+            f"| {net} | {dtype} | {f('default_step_ms')} | {modes} | {f('benchmark_step_ms')} | "
+            f"{ratio('verify_step_ms', 'benchmark_step_ms')} | {hosts} | {kernels} | {f('verify_cold_first_pass_s')} | "
+            f"{f('benchmark_first_pass_s')} | {ratio('verify_cold_first_pass_s', 'benchmark_first_pass_s')} | "
+            f"{f('verify_warm_first_pass_s')} |"
         )
     errors = [r for r in rows if "error" in r]
 
@@ -320,8 +368,9 @@ def summarize(path: Path) -> str:
         return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
 
     lines.append("")
-    lines.append(f"geomean step time / default over {len(ratios_p)} (network, dtype): prediction mode "
-                 f"{gm(ratios_p):.3f}, verify mode {gm(ratios_v):.3f}; {len(errors)} job(s) failed")  # fmt: skip
+    lines.append(f"geomean step time / default over {len(ratios['predict'])} (network, dtype): prediction mode "
+                 f"{gm(ratios['predict']):.3f}, verify mode {gm(ratios['verify']):.3f}, pass-through control "
+                 f"{gm(ratios['native']):.3f}; {len(errors)} job(s) failed")  # fmt: skip
     for r in errors:
         lines.append(f"  failed: {r['job']} {r['net']} {r['dtype']}: {r['error'][-300:]}")
     return "\n".join(lines)
@@ -334,7 +383,9 @@ def main() -> None:
     p.add_argument("--jobs", default="paired,benchmark")
     p.add_argument("--device", default="cuda")
     p.add_argument("--timeout-s", type=float, default=240)
-    p.add_argument("--rounds", type=int, default=30, help="paired job: rotations of the three modes' single steps")
+    p.add_argument("--rounds", type=int, default=30, help="paired job: rotations of the four modes' slots")
+    p.add_argument("--slot-steps", type=int, default=3, help="paired job: steps per slot (the FPN: a pass)")
+    p.add_argument("--model", default=None, help="the hook's model directory (default: the shipped model)")
     p.add_argument("--summarize", default=None, help="print the table of a results file and stop")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--job", default=None, help=argparse.SUPPRESS)

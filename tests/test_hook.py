@@ -370,3 +370,35 @@ def test_gemm_mixed_with_other_paths_passes_through_where_the_compiled_path_runs
     assert mixed[0].runner is None and mixed[0].native_id < 0 and mixed[1] is cudnn and mixed[2] is native
     assert executor_mod.compiled_plans([gemm, gemm]) == [gemm, gemm]
     assert executor_mod.compiled_plans([cudnn, native]) == [cudnn, native]
+
+
+class _OneDecisionCache:
+    """A persistent cache holding one decision (the executor reads it as it would from disk on a GPU)."""
+
+    def __init__(self, decision):
+        self.decision, self.put_calls = decision, 0
+
+    def get(self, key):
+        return self.decision if key == self.decision.problem else None
+
+    def put(self, decision):
+        self.put_calls += 1
+
+
+@pytest.mark.parametrize(("min_gain_us", "expected"), [(5.0, "gemm:fc"), (50.0, "pytorch:default")])
+def test_a_cached_decision_is_judged_again_by_this_executors_rule(shipped, min_gain_us, expected):
+    """The cache keeps the times a decision was made from; another executor's threshold (or an older rule) wrote
+    it, so a hit is judged again: 20 us saved switches under a 5 us floor and passes through under a 50 us one."""
+    from algosel.runtime.cache import Decision
+
+    # float16 fully connected mode: one matrix product, so the GEMM route costs no host time to charge
+    problem = ConvProblem(n=64, c=256, k=512, h=6, w=6, r=6, s=6, dtype="float16")
+    written = Decision(problem.key, "pytorch:default", "measured", "gain below the threshold",
+                       {"gemm:fc": 0.010, "pytorch:default": 0.030})  # fmt: skip
+    if expected == "pytorch:default":
+        written = Decision(problem.key, "gemm:fc", "measured", "", written.times_ms)
+    ex = hook.Executor(selector=shipped, live=False, min_gain_us=min_gain_us)
+    ex._cache, ex._cache_checked = _OneDecisionCache(written), True
+    got = ex.decide(problem, torch.device("cuda"))  # a device object only: the cache is read on GPUs
+    assert got.candidate_id == expected and got.source == "measured"
+    assert got.times_ms == written.times_ms and ex._cache.put_calls == 0
