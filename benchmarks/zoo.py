@@ -93,7 +93,10 @@ def _build(name: str, dtype: str, device: str):
         import torchvision
 
         factory = getattr(torchvision.models.segmentation if kind == "seg" else torchvision.models, name)
-        model = factory(weights=None, **({"aux_loss": False} if kind == "seg" else {})).to(device)
+        # no weights of any kind (the GPU machine has no network): segmentation models load their backbone's
+        # ImageNet weights unless told not to
+        extra = {"aux_loss": False, "weights_backbone": None} if kind == "seg" else {}
+        model = factory(weights=None, **extra).to(device)
         model = model.to(memory_format=mf)
         inputs = [[torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=mf)]]
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)

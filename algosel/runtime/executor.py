@@ -364,17 +364,24 @@ class Executor:
 
     def _rejudge(self, problem: ConvProblem, hit: Decision) -> Decision:
         """A cached decision under this executor's rule: the cache keeps the times it was made from, and another
-        executor (or an earlier version of the rule) may have written it with another threshold."""
+        executor (or an earlier version of the rule) may have written it with another threshold. A switch is kept
+        only if it still pays; a pass-through for a gain below the threshold is judged again with its fastest
+        candidate."""
         times = hit.times_ms
         default_ms = times.get("pytorch:default")
-        others = {c: t for c, t in times.items() if c != "pytorch:default" and _finite(t)}
-        if default_ms is None or not others:
+        if default_ms is None:
             return hit
-        best = min(others, key=others.get)
+        if not hit.passes_through:
+            cid = hit.candidate_id
+        elif hit.reason == "gain below the threshold":
+            others = {c: t for c, t in times.items() if c != "pytorch:default" and _finite(t)}
+            if not others:
+                return hit
+            cid = min(others, key=others.get)
+        else:
+            return hit
         ratio = MIN_PREDICTED_RATIO if hit.source == "predicted" else MIN_MEASURED_RATIO
-        if hit.source == "measured" and default_ms <= others[best]:
-            best = "pytorch:default"
-        return self._judge(problem, best, times, default_ms, hit.source, ratio)
+        return self._judge(problem, cid, times, default_ms, hit.source, ratio)
 
     def _allowed(self, problem: ConvProblem, row: dict[str, Any]) -> bool:
         from algosel.learn.rules import allowed  # noqa: PLC0415
