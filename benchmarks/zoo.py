@@ -330,6 +330,21 @@ def drive(args) -> None:
     print(summarize(out))
 
 
+def _interval(row: dict, mode: str, resamples: int = 2000) -> str:
+    """A 95% bootstrap interval of the median ratio of ``mode``'s slots to the neighbouring default slots: how far
+    this run's ratio can be trusted (host-bound steps vary by 10-15% from slot to slot)."""
+    import numpy as np
+
+    a, b = row.get(f"{mode}_steps_ms"), row.get("default_steps_ms")
+    if not a or not b or len(a) != len(b) or len(a) < 4:
+        return ""
+    ratios = np.asarray(a) / np.asarray(b)
+    rng = np.random.default_rng(0)
+    medians = np.median(ratios[rng.integers(0, len(ratios), (resamples, len(ratios)))], axis=1)
+    lo, hi = np.percentile(medians, [2.5, 97.5])
+    return f", {lo:.3f}-{hi:.3f}"
+
+
 def summarize(path: Path) -> str:
     """The zoo table from a results file (hook modes as ratios to the default's neighbouring slots; host and kernel
     time per step for default / prediction / verify / pass-through control; verify warm against benchmark mode's
@@ -339,8 +354,8 @@ def summarize(path: Path) -> str:
     for r in rows:
         if "error" not in r:
             by.setdefault((r["net"], r["dtype"]), {}).update({k: v for k, v in r.items() if k not in ("job",)})
-    head = ("| network | dtype | default ms | predict ms (x default) | verify ms (x default) | "
-            "control ms (x default) | benchmark ms | verify / benchmark | host ms D/P/V/C | kernel ms D/P/V/C | "
+    head = ("| network | dtype | default ms | predict ms (x default, 95% interval) | verify ms (x default, ...) | "
+            "control ms (x default, ...) | benchmark ms | verify / benchmark | host ms D/P/V/C | kernel ms D/P/V/C | "
             "verify cold 1st pass s | benchmark 1st pass s | cold / tuning | verify warm 1st pass s |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     ratios: dict[str, list[float]] = {m: [] for m in MODES[1:]}
@@ -358,7 +373,7 @@ def summarize(path: Path) -> str:
                 values.append(r[f"{m}_vs_default"])
         hosts = "/".join(f(f"{m}_host_ms", 1) for m in MODES)
         kernels = "/".join(f(f"{m}_kernel_ms", 1) for m in MODES)
-        modes = " | ".join(f"{f(f'{m}_step_ms')} ({f(f'{m}_vs_default', 3)})" for m in MODES[1:])
+        modes = " | ".join(f"{f(f'{m}_step_ms')} ({f(f'{m}_vs_default', 3)}{_interval(r, m)})" for m in MODES[1:])
         lines.append(
             f"| {net} | {dtype} | {f('default_step_ms')} | {modes} | {f('benchmark_step_ms')} | "
             f"{ratio('verify_step_ms', 'benchmark_step_ms')} | {hosts} | {kernels} | {f('verify_cold_first_pass_s')} | "
