@@ -8,11 +8,12 @@
 # Run from the repository root, in an environment with algosel, its GPU extra (nvidia-cudnn-frontend,
 # nvidia-ml-py), lightgbm and a CUDA build of torch. Everything goes under $OUT: times.tsv (seconds and bytes per
 # step), the layers file, the sweep's records, the model, the evaluation and one JSON line per training-step run
-# (steps.jsonl). Estimated at about 6 to 7 minutes on one H200 (5 to 6 with BUILD_EXT=0): the sweep of MyNet's 42
+# (steps.jsonl). Estimated at about 7 to 8 minutes on one H200 (6 to 7 with BUILD_EXT=0): the sweep of MyNet's 42
 # cases at the 0.65 cases/s of docs/sweeper.md is about 65 s (capped at 200 s); training on the union with the
 # shipped model's hyperparameters (no tuning; its final fit took 11 s on 2 threads, plus 3 cross-validation fits and
 # loading) about a minute; the evaluation half a minute; building the compiled path about a minute (docs/hook.md);
-# twelve training-step runs of about 10 s each; the report 20 s (17 s on a CPU machine for data/sweeps/h200).
+# twelve training-step runs of about 10 s each, then the paired runs of benchmarks/zoo.py (about 40 s each); the
+# report 20 s (17 s on a CPU machine for data/sweeps/h200).
 # The commands are docs/tutorial.md's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,6 +83,12 @@ for dtype in float32 amp; do
     run_step "hook-shipped-verify3-$dtype" --mode hook --model "$SHIPPED" --verify 3 --dtype "$dtype"
 done
 printf 'training-steps\t%s\t0\t0\n' "$((SECONDS - t0))" >> "$OUT/times.tsv"
+# The same comparison paired in one process (docs/tutorial.md step 7): the steps are host-bound and vary more
+# between processes than the modes differ.
+step zoo-mynet "$OUT/zoo-mynet-new.jsonl" $py benchmarks/zoo.py --nets mynet --model "$MODEL" --jobs paired \
+    --rounds 30 --out "$OUT/zoo-mynet-new.jsonl"
+step zoo-mynet-shipped "$OUT/zoo-mynet-shipped.jsonl" $py benchmarks/zoo.py --nets mynet --jobs paired --rounds 30 \
+    --out "$OUT/zoo-mynet-shipped.jsonl"
 
 # The loop closes: the unseen problems the shipped model met are what the new sweep recorded.
 if [ -f "$OUT/unseen.csv" ]; then
