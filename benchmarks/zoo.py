@@ -2,6 +2,7 @@
 
     python benchmarks/zoo.py --out zoo.jsonl [--nets resnet50,fpn] [--jobs paired,benchmark,warm] [--timeout-s 240]
     python benchmarks/zoo.py --nets mynet --model my-models/h200-mynet --jobs paired --out mynet.jsonl
+    python benchmarks/zoo.py --nets resnet50 --jobs paired --processes 3 --cpus 0-7 --out zoo.jsonl
     python benchmarks/zoo.py --summarize zoo.jsonl
 
 Every job runs in a process of its own (PyTorch caches the plan it picked per shape in a process whatever the
@@ -24,6 +25,11 @@ Networks: torchvision's (classification, segmentation) at batch sizes people tra
 (algosel.measure.suites.FPNHead) over 20 input sizes that no records hold (a new size at every step), and the
 tutorial's MyNet (examples/mynet.py, batch 16 at 128x128). Each in float32 (TF32 allowed, NCHW) and float16
 autocast with channels_last. ``--model`` gives the hook another selector (a model directory).
+
+Host-bound steps differ more between processes than within one (the same configuration measured 0.967x and 1.038x
+of the default in two processes): ``--processes N`` runs each job N times, each in a new process, and the summary
+pools them (the median of every slot ratio of every process, with an interval that resamples processes, then slots
+within them). ``--cpus 0-7`` pins each process (and the threads it starts) to those cores.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ FPN_SIZES = tuple((h, w) for h in (608, 640, 672, 704, 736) for w in (960, 992, 
 MODES = ("default", "predict", "verify", "native")
 #: The model directory of ``--model`` (None: the shipped model for this GPU).
 MODEL = os.environ.get("ALGOSEL_ZOO_MODEL") or None
+#: Which of ``--processes`` repeated processes this is (0 in a job's first).
+PROCESS = int(os.environ.get("ALGOSEL_ZOO_PROCESS", "0"))
 #: A quick run of the driver on CPU (tests): small FPN sizes, one block.
 SMOKE = os.environ.get("ALGOSEL_ZOO_SMOKE") == "1"
 
@@ -130,7 +138,10 @@ def _mode(mode: str, hook):
     if mode == "predict":
         return lambda: hook.enabled(cache=cache_root() / "zoo-predict", **sel)
     if mode == "verify":
-        return lambda: hook.enabled(verify=3, **sel)
+        # a cache of its own per repeated process, so that each process's cold first pass is cold (the warm job
+        # reads the first process's)
+        folder = cache_root() / ("zoo-verify" if PROCESS == 0 else f"zoo-verify-p{PROCESS}")
+        return lambda: hook.enabled(verify=3, cache=folder, **sel)
     if mode == "native":
         return lambda: hook.enabled(cache=False, min_gain_us=math.inf, **sel)
     return contextlib.nullcontext
@@ -278,11 +289,23 @@ JOBS = {"paired": job_paired, "benchmark": job_benchmark, "warm": job_warm}
 
 
 # ----------------------------------------------------------------------------------------------- driving
+def _cpu_set(text: str) -> set[int]:
+    """``0-3,8`` -> {0, 1, 2, 3, 8}."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
 def _child(args) -> int:
+    if args.cpus:
+        os.sched_setaffinity(0, _cpu_set(args.cpus))  # before torch starts its threads: they inherit it
     for dtype in args.dtype.split(","):
         try:
             kwargs = {"rounds": args.rounds, "slot_steps": args.slot_steps} if args.job == "paired" else {}
             result = JOBS[args.job](args.net, dtype, args.device, **kwargs)
+            result["process"] = PROCESS
         except Exception as exc:  # noqa: BLE001 - a failed dtype is a result row; the next one still runs
             import traceback
 
@@ -296,53 +319,69 @@ def drive(args) -> None:
     nets = list(NETS) if args.nets == "all" else args.nets.split(",")
     jobs = args.jobs.split(",")
     out = Path(args.out)
-    for job in jobs:
-        for net in nets:
-            dtypes = DTYPES if job != "benchmark" or net != "fpn" else ("float32",)
-            # One process per (job, network): the dtypes share it (their shapes differ, so do PyTorch's plans).
-            cmd = [sys.executable, __file__, "--child", "--job", job, "--net", net, "--dtype", ",".join(dtypes),
-                   "--device", args.device, "--rounds", str(args.rounds),
-                   "--slot-steps", str(args.slot_steps)]  # fmt: skip
-            env = dict(os.environ, **({"ALGOSEL_ZOO_MODEL": args.model} if args.model else {}))
-            t0 = time.perf_counter()
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, check=False, env=env)
-                rows = [json.loads(ln[7:]) for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-                done = {r["dtype"] for r in rows}
-                rows += [{"net": net, "dtype": d, "job": job, "error": proc.stderr[-1500:] or "no result"}
-                         for d in dtypes if d not in done]  # fmt: skip
-            except subprocess.TimeoutExpired as exc:
-                out_text = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-                rows = [json.loads(ln[7:]) for ln in out_text.splitlines() if ln.startswith("RESULT ")]
-                done = {r["dtype"] for r in rows}
-                rows += [{"net": net, "dtype": d, "job": job, "error": f"timed out after {args.timeout_s} s"}
-                         for d in dtypes if d not in done]  # fmt: skip
-            job_s = round(time.perf_counter() - t0, 1)
-            for row in rows:
-                row["job_s"] = job_s
-                with out.open("a") as fh:
-                    fh.write(json.dumps(row, default=float) + "\n")
-                keys = ("default_step_ms", "predict_vs_default", "verify_vs_default", "native_vs_default",
-                        "benchmark_step_ms", "error")  # fmt: skip
-                brief = {k: row[k] for k in keys if k in row}
-                print(f"{job:9s} {net:20s} {row['dtype']:7s} {job_s:6.1f}s {json.dumps(brief, default=float)[:300]}",
-                      flush=True)  # fmt: skip
+    runs = [(job, net, k) for job in jobs for net in nets for k in range(args.processes)]
+    for job, net, process in runs:
+        dtypes = DTYPES if job != "benchmark" or net != "fpn" else ("float32",)
+        # One process per (job, network): the dtypes share it (their shapes differ, so do PyTorch's plans).
+        cmd = [sys.executable, __file__, "--child", "--job", job, "--net", net, "--dtype", ",".join(dtypes),
+               "--device", args.device, "--rounds", str(args.rounds),
+               "--slot-steps", str(args.slot_steps), "--process", str(process),
+               *(["--cpus", args.cpus] if args.cpus else [])]  # fmt: skip
+        env = dict(
+            os.environ, ALGOSEL_ZOO_PROCESS=str(process), **({"ALGOSEL_ZOO_MODEL": args.model} if args.model else {})
+        )
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, check=False, env=env)
+            rows = [json.loads(ln[7:]) for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            done = {r["dtype"] for r in rows}
+            rows += [{"net": net, "dtype": d, "job": job, "error": proc.stderr[-1500:] or "no result"}
+                     for d in dtypes if d not in done]  # fmt: skip
+        except subprocess.TimeoutExpired as exc:
+            out_text = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            rows = [json.loads(ln[7:]) for ln in out_text.splitlines() if ln.startswith("RESULT ")]
+            done = {r["dtype"] for r in rows}
+            rows += [{"net": net, "dtype": d, "job": job, "error": f"timed out after {args.timeout_s} s"}
+                     for d in dtypes if d not in done]  # fmt: skip
+        job_s = round(time.perf_counter() - t0, 1)
+        for row in rows:
+            row["job_s"] = job_s
+            with out.open("a") as fh:
+                fh.write(json.dumps(row, default=float) + "\n")
+            keys = ("default_step_ms", "predict_vs_default", "verify_vs_default", "native_vs_default",
+                    "benchmark_step_ms", "error")  # fmt: skip
+            brief = {k: row[k] for k in keys if k in row}
+            print(f"{job:9s} {net:20s} {row['dtype']:7s} {job_s:6.1f}s {json.dumps(brief, default=float)[:300]}",
+                  flush=True)  # fmt: skip
     print(summarize(out))
 
 
-def _interval(row: dict, mode: str, resamples: int = 2000) -> str:
-    """A 95% bootstrap interval of the median ratio of ``mode``'s slots to the neighbouring default slots: how far
-    this run's ratio can be trusted (host-bound steps vary by 10-15% from slot to slot)."""
+def _slot_ratios(row: dict, mode: str):
+    """The ratios of ``mode``'s slots to their neighbouring default slots in one paired row (None: not recorded)."""
     import numpy as np
 
     a, b = row.get(f"{mode}_steps_ms"), row.get("default_steps_ms")
-    if not a or not b or len(a) != len(b) or len(a) < 4:
-        return ""
-    ratios = np.asarray(a) / np.asarray(b)
+    if not a or not b or len(a) != len(b):
+        return None
+    return np.asarray(a) / np.asarray(b)
+
+
+def pooled_ratio(rows: list[dict], mode: str, resamples: int = 2000) -> tuple[float, float, float] | None:
+    """The median slot ratio of ``mode`` over the paired rows of one (network, dtype), each from a process of its
+    own, with a 95% bootstrap interval that resamples the processes and then the slots within each (host-bound steps
+    vary more between processes than within one); None where fewer than 4 slots were recorded."""
+    import numpy as np
+
+    per_process = [r for r in (_slot_ratios(row, mode) for row in rows) if r is not None and len(r)]
+    if sum(len(r) for r in per_process) < 4:
+        return None
     rng = np.random.default_rng(0)
-    medians = np.median(ratios[rng.integers(0, len(ratios), (resamples, len(ratios)))], axis=1)
+    medians = np.empty(resamples)
+    for i in range(resamples):
+        picked = rng.integers(0, len(per_process), len(per_process))
+        medians[i] = np.median(np.concatenate([rng.choice(per_process[j], len(per_process[j])) for j in picked]))
     lo, hi = np.percentile(medians, [2.5, 97.5])
-    return f", {lo:.3f}-{hi:.3f}"
+    return float(np.median(np.concatenate(per_process))), float(lo), float(hi)
 
 
 def summarize(path: Path) -> str:
@@ -351,9 +390,18 @@ def summarize(path: Path) -> str:
     steady step, and verify's cold first pass against benchmark mode's tuning, where both were run)."""
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     by: dict[tuple[str, str], dict] = {}
+    paired: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         if "error" not in r:
             by.setdefault((r["net"], r["dtype"]), {}).update({k: v for k, v in r.items() if k not in ("job",)})
+            if r.get("job") == "paired":
+                paired.setdefault((r["net"], r["dtype"]), []).append(r)
+    for key, group in paired.items():  # the hook's modes against the default: pooled over the processes
+        for m in MODES[1:]:
+            pooled = pooled_ratio(group, m)
+            if pooled is not None:
+                by[key][f"{m}_vs_default"], by[key][f"{m}_interval"] = pooled[0], pooled[1:]
+        by[key]["processes"] = len(group)
     head = ("| network | dtype | default ms | predict ms (x default, 95% interval) | verify ms (x default, ...) | "
             "control ms (x default, ...) | benchmark ms | verify / benchmark | host ms D/P/V/C | kernel ms D/P/V/C | "
             "verify cold 1st pass s | benchmark 1st pass s | cold / tuning | verify warm 1st pass s |")  # fmt: skip
@@ -373,9 +421,15 @@ def summarize(path: Path) -> str:
                 values.append(r[f"{m}_vs_default"])
         hosts = "/".join(f(f"{m}_host_ms", 1) for m in MODES)
         kernels = "/".join(f(f"{m}_kernel_ms", 1) for m in MODES)
-        modes = " | ".join(f"{f(f'{m}_step_ms')} ({f(f'{m}_vs_default', 3)}{_interval(r, m)})" for m in MODES[1:])
+
+        def interval(m, r=r):
+            lo_hi = r.get(f"{m}_interval")
+            return f", {lo_hi[0]:.3f}-{lo_hi[1]:.3f}" if lo_hi else ""
+
+        modes = " | ".join(f"{f(f'{m}_step_ms')} ({f(f'{m}_vs_default', 3)}{interval(m)})" for m in MODES[1:])
+        name = net if r.get("processes", 1) == 1 else f"{net} (x{r['processes']} processes)"
         lines.append(
-            f"| {net} | {dtype} | {f('default_step_ms')} | {modes} | {f('benchmark_step_ms')} | "
+            f"| {name} | {dtype} | {f('default_step_ms')} | {modes} | {f('benchmark_step_ms')} | "
             f"{ratio('verify_step_ms', 'benchmark_step_ms')} | {hosts} | {kernels} | {f('verify_cold_first_pass_s')} | "
             f"{f('benchmark_first_pass_s')} | {ratio('verify_cold_first_pass_s', 'benchmark_first_pass_s')} | "
             f"{f('verify_warm_first_pass_s')} |"
@@ -404,6 +458,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=30, help="paired job: rotations of the four modes' slots")
     p.add_argument("--slot-steps", type=int, default=3, help="paired job: steps per slot (the FPN: a pass)")
     p.add_argument("--model", default=None, help="the hook's model directory (default: the shipped model)")
+    p.add_argument("--processes", type=int, default=1, help="run each job this many times, a new process each")
+    p.add_argument("--cpus", default=None, help="pin every job's process to these cores (e.g. 0-7)")
     p.add_argument("--summarize", default=None, help="print the table of a results file and stop")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--job", default=None, help=argparse.SUPPRESS)

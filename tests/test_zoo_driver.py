@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 
@@ -33,3 +34,47 @@ def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
         assert sum(r["predict_stats"].values()) > 0  # the hook routed the steps' convolutions
     assert "geomean step time / default over 4 (network, dtype)" in res.stdout
     assert "| fpn | float32 |" in res.stdout
+
+
+def test_repeated_processes_are_pooled_in_the_table(tmp_path):
+    """``--processes 2``: each job twice, each in a new process pinned by ``--cpus``; the table pools the two."""
+    out = tmp_path / "zoo.jsonl"
+    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "mynet", "--jobs", "paired", "--device",
+           "cpu", "--rounds", "2", "--slot-steps", "1", "--processes", "2", "--cpus", "0",
+           "--out", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["dtype"], r["process"]) for r in rows) == [("amp", 0), ("amp", 1), ("float32", 0), ("float32", 1)]
+    assert all("error" not in r and r["verify_cold_first_pass_s"] > 0 for r in rows)
+    assert "| mynet (x2 processes) | float32 |" in res.stdout
+
+
+def test_pooled_ratio_resamples_processes_as_well_as_slots(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import zoo
+
+    steady = {"default_steps_ms": [10.0] * 8, "predict_steps_ms": [10.2] * 8}
+    median, lo, hi = zoo.pooled_ratio([steady, steady], "predict")
+    assert median == pytest.approx(1.02) and lo == pytest.approx(1.02) and hi == pytest.approx(1.02)
+    # two processes that disagree (0.96 and 1.04 in every slot): the interval spans both, the median sits between
+    apart = [{"default_steps_ms": [10.0] * 8, "predict_steps_ms": [t] * 8} for t in (9.6, 10.4)]
+    median, lo, hi = zoo.pooled_ratio(apart, "predict")
+    assert lo == pytest.approx(0.96) and hi == pytest.approx(1.04) and lo <= median <= hi
+    assert zoo.pooled_ratio([{"default_steps_ms": [1.0], "predict_steps_ms": [1.0]}], "predict") is None
+    assert zoo._cpu_set("0-2,5") == {0, 1, 2, 5}
+
+
+def test_each_repeated_process_verifies_into_a_cache_of_its_own(monkeypatch):
+    """So that every process's cold first pass is cold; the first process's cache is the one the warm job reads."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import zoo
+
+    class Hook:
+        def enabled(self, **config):
+            return config
+
+    for process, folder in ((0, "zoo-verify"), (1, "zoo-verify-p1"), (2, "zoo-verify-p2")):
+        monkeypatch.setattr(zoo, "PROCESS", process)
+        assert zoo._mode("verify", Hook())()["cache"].name == folder
