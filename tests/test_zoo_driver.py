@@ -78,3 +78,18 @@ def test_each_repeated_process_verifies_into_a_cache_of_its_own(monkeypatch):
     for process, folder in ((0, "zoo-verify"), (1, "zoo-verify-p1"), (2, "zoo-verify-p2")):
         monkeypatch.setattr(zoo, "PROCESS", process)
         assert zoo._mode("verify", Hook())()["cache"].name == folder
+
+
+def test_step_profile_prints_its_tables_and_writes_them(tmp_path):
+    """benchmarks/step_profile.py on the CPU (host ops only): the ratios, the hook's routes and the op table."""
+    out = tmp_path / "profile.json"
+    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, str(REPO / "benchmarks" / "step_profile.py"), "--net", "mynet", "--dtype", "float32",
+           "--rounds", "2", "--most", "4", "--out", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["P_vs_D"] > 0 and result["N_vs_D"] > 0 and sum(result["P_stats"].values()) > 0
+    assert len(result["host_ops"]) == 4 and result["kernels"] == []  # no GPU here: no kernels
+    assert any("convolution" in row[0] for row in result["host_ops"])
+    assert "--- host ops, self time per step" in res.stdout
