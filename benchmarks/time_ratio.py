@@ -1,0 +1,104 @@
+"""How well the time model predicts what the runtime decides on: a candidate's time relative to PyTorch's default (CPU).
+
+    python benchmarks/time_ratio.py [--data data/sweeps/h200] [--out time_ratio.json]
+
+The runtime switches where a candidate's predicted time is well below PyTorch's default's predicted time, so the
+error that matters is that of the ratio, ``log2(t_candidate / t_default)``, not of either time alone. On the
+shipped model's split (the held-out shapes of :func:`algosel.learn.evaluate.is_test_shape`), this fits:
+
+- the shipped time model's regression of ``log2(time_ms)`` (:class:`algosel.learn.time_model.TimeModel`, its
+  default parameters), judged on absolute times (its calibration) and on the ratio of two of its predictions;
+- a regression of the ratio itself (same features, every timed candidate but the default, target
+  ``log2(t / t_default)`` of its problem), at the time model's size and at twice its trees.
+
+Prints the median and p90 of each error (``2**|log2 error| - 1``) and the fit times; ``--out`` writes them as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+
+from algosel.learn.evaluate import Prepared, is_test_shape
+from algosel.learn.features import CATEGORICAL_FEATURES, FEATURE_NAMES
+from algosel.learn.time_model import TimeModel, TimeModelParams, log_error_stats, timed_mask
+from algosel.records.store import load_records, main_environment
+
+
+def default_log2_ms(data: pd.DataFrame) -> np.ndarray:
+    """Per row, ``log2`` of the measured time of PyTorch's default for the row's problem (NaN where untimed)."""
+    keep = timed_mask(data)
+    default = data["candidate_id"].eq("pytorch:default").to_numpy() & keep
+    per_problem = pd.Series(np.log2(data["time_ms_median"].to_numpy(float)[default]),
+                            index=data["problem_key"].to_numpy()[default])  # fmt: skip
+    per_problem = per_problem[~per_problem.index.duplicated()]
+    return data["problem_key"].map(per_problem).to_numpy(float)
+
+
+def ratio_rows(data: pd.DataFrame) -> np.ndarray:
+    """The rows a ratio is defined for: timed candidates other than the default, of problems whose default is timed."""
+    return (
+        timed_mask(data) & ~data["candidate_id"].eq("pytorch:default").to_numpy() & np.isfinite(default_log2_ms(data))
+    )
+
+
+def run(data_dirs: list[str], threads: int) -> dict:
+    t0 = time.perf_counter()
+    frame, envs = load_records(*data_dirs)
+    frame, _ = main_environment(frame, envs)
+    prep = Prepared.build(frame, envs)
+    test = is_test_shape(prep.shape)
+    train, held = prep.rows(~test), prep.rows(test)
+    out: dict = {"data": data_dirs, "train_rows": len(train.data), "held_out_rows": len(held.data),
+                 "prepare_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
+    measured = np.log2(held.data["time_ms_median"].to_numpy(float).clip(min=np.finfo(float).tiny))
+    measured_ratio = measured - default_log2_ms(held.data)
+    rows = ratio_rows(held.data)
+
+    params = TimeModelParams(num_threads=threads)
+    t1 = time.perf_counter()
+    absolute = TimeModel(params).fit_prepared(train.data, train.X)
+    out["time_model_fit_s"] = round(time.perf_counter() - t1, 1)
+    predicted = absolute.predict_log2_ms(held.X, num_threads=threads)
+    is_default = held.data["candidate_id"].eq("pytorch:default").to_numpy()
+    per_problem = pd.Series(predicted[is_default], index=held.data["problem_key"].to_numpy()[is_default])
+    predicted_default = held.data["problem_key"].map(per_problem[~per_problem.index.duplicated()]).to_numpy(float)
+    out["time_model_absolute"] = log_error_stats((predicted - measured)[timed_mask(held.data)])
+    out["time_model_ratio"] = log_error_stats(((predicted - predicted_default) - measured_ratio)[rows])
+
+    train_rows = ratio_rows(train.data)
+    target = np.log2(train.data["time_ms_median"].to_numpy(float)[train_rows]) - default_log2_ms(train.data)[train_rows]
+    for name, trees, rate in (("ratio_model", params.n_estimators, params.learning_rate),
+                              ("ratio_model_2x_trees", 2 * params.n_estimators, params.learning_rate / 2)):  # fmt: skip
+        t1 = time.perf_counter()
+        dataset = lgb.Dataset(train.X[train_rows], target, feature_name=list(FEATURE_NAMES),
+                              categorical_feature=list(CATEGORICAL_FEATURES))  # fmt: skip
+        booster = lgb.train(dict(params.lgb_params(), learning_rate=rate), dataset, num_boost_round=trees)
+        error = booster.predict(held.X, num_threads=threads) - measured_ratio
+        out[name] = dict(log_error_stats(error[rows]), trees=trees, learning_rate=rate,
+                         fit_s=round(time.perf_counter() - t1, 1))  # fmt: skip
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", nargs="+", default=["data/sweeps/h200"])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", default=None)
+    args = p.parse_args()
+    result = run(args.data, args.threads)
+    for key in ("time_model_absolute", "time_model_ratio", "ratio_model", "ratio_model_2x_trees"):
+        s = result[key]
+        print(f"{key:22s} median {100 * s['median']:5.1f}%  p90 {100 * s['p90']:6.1f}%  ({s['rows']} candidates)")
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(result, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
