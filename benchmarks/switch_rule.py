@@ -84,7 +84,7 @@ def savings_kept(sel, min_gain_us: float) -> dict:
     best = ok.groupby("problem_key")["time_ms_median"].min()
     default = ok[ok["candidate_id"] == "pytorch:default"].set_index("problem_key")["time_ms_median"]
     gain_us = (1e3 * (default - best.reindex(default.index))).dropna().clip(lower=0.0)
-    kept = gain_us >= min_gain_us
+    kept = (gain_us >= min_gain_us) & (gain_us > 0)  # where PyTorch's default is the best, nothing switches
     return {"problems": len(gain_us), "savings_kept": float(gain_us[kept].sum() / gain_us.sum()),
             "switched": float(kept.mean())}  # fmt: skip
 

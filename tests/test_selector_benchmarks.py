@@ -1,0 +1,56 @@
+"""The selector's CPU benchmarks on small inputs: benchmarks/time_ratio.py on the committed slice of the H200
+records, and benchmarks/switch_rule.py's share of the recorded savings a least gain keeps."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from conftest import REPO, SLICE
+
+
+def test_time_ratio_scores_both_models_on_the_held_out_rows(tmp_path):
+    out = tmp_path / "time_ratio.json"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "time_ratio.py"), "--data", str(SLICE), "--out", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    result = json.loads(out.read_text())
+    ratio_rows = result["time_model_ratio"]["rows"]
+    # the ratio is judged on the same rows for every model: timed candidates other than PyTorch's default
+    assert 0 < ratio_rows < result["time_model_absolute"]["rows"]
+    for key in ("time_model_absolute", "time_model_ratio", "ratio_model", "ratio_model_2x_trees"):
+        stats = result[key]
+        assert math.isfinite(stats["median"]) and 0 <= stats["median"] <= stats["p90"], key
+    assert result["ratio_model"]["rows"] == result["ratio_model_2x_trees"]["rows"] == ratio_rows
+    assert result["ratio_model_2x_trees"]["trees"] == 2 * result["ratio_model"]["trees"]
+    assert "ratio_model " in res.stdout and "median" in res.stdout
+
+
+class _Catalogue:
+    def __init__(self, rows):
+        self.frame = pd.DataFrame(rows, columns=["problem_key", "candidate_id", "status", "time_ms_median"])
+
+
+class _Selector:
+    def __init__(self, rows):
+        self.catalogue = _Catalogue(rows)
+
+
+def test_savings_kept_counts_the_recorded_gains_at_least_the_floor(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import switch_rule
+
+    sel = _Selector([
+        ("a", "pytorch:default", "ok", 0.100), ("a", "cudnn:x", "ok", 0.050),  # saves 50 us
+        ("b", "pytorch:default", "ok", 0.020), ("b", "cudnn:y", "ok", 0.010),  # saves 10 us
+        ("c", "pytorch:default", "ok", 0.010), ("c", "cudnn:z", "ok", 0.012),  # the default is best: saves 0
+        ("d", "pytorch:default", "ok", 0.040), ("d", "cudnn:w", "wrong_result", 0.001),  # failed rows do not count
+    ])  # fmt: skip
+    assert switch_rule.savings_kept(sel, 0.0) == {"problems": 4, "savings_kept": 1.0, "switched": 0.5}
+    kept = switch_rule.savings_kept(sel, 20.0)
+    assert kept["savings_kept"] == pytest.approx(50 / 60) and kept["switched"] == pytest.approx(1 / 4)
+    assert switch_rule.savings_kept(sel, 51.0)["savings_kept"] == 0.0
