@@ -60,6 +60,23 @@ def with_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["problem_key", "candidate_id"], kind="stable").reset_index(drop=True)
 
 
+def base_lgb_params(num_leaves: int, learning_rate: float, min_child_samples: int, feature_fraction: float,
+                    num_threads: int, seed: int) -> dict[str, Any]:  # fmt: skip
+    """The LightGBM options every model of the selector shares (the ranker and the time model): its tuned sizes,
+    and deterministic, quiet training with one-hot splits for small categoricals."""
+    return {
+        "num_leaves": num_leaves,
+        "learning_rate": learning_rate,
+        "min_data_in_leaf": min_child_samples,
+        "feature_fraction": feature_fraction,
+        "num_threads": num_threads,
+        "seed": seed,
+        "deterministic": True,
+        "verbosity": -1,
+        "max_cat_to_onehot": 8,
+    }
+
+
 @dataclass
 class RankerParams:
     """Hyperparameters (the ones tuned by cross-validation, and the fixed ones)."""
@@ -75,17 +92,8 @@ class RankerParams:
     seed: int = 0
 
     def lgb_params(self) -> dict[str, Any]:
-        common = {
-            "num_leaves": self.num_leaves,
-            "learning_rate": self.learning_rate,
-            "min_data_in_leaf": self.min_child_samples,
-            "feature_fraction": self.feature_fraction,
-            "num_threads": self.num_threads,
-            "seed": self.seed,
-            "deterministic": True,
-            "verbosity": -1,
-            "max_cat_to_onehot": 8,
-        }
+        common = base_lgb_params(self.num_leaves, self.learning_rate, self.min_child_samples, self.feature_fraction,
+                                 self.num_threads, self.seed)  # fmt: skip
         if self.objective == "lambdarank":
             return {
                 **common,

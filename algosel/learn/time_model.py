@@ -30,6 +30,7 @@ import pandas as pd
 from algosel.files import write_text
 from algosel.learn.artifact import verified_bytes
 from algosel.learn.features import CATEGORICAL_FEATURES, FEATURE_NAMES
+from algosel.learn.ranker import base_lgb_params
 from algosel.learn.rowpredict import row_predictor
 from algosel.records.analysis import ok_mask
 
@@ -61,20 +62,9 @@ class TimeModelParams:
     seed: int = 0
 
     def lgb_params(self) -> dict[str, Any]:
-        return {
-            "objective": "regression",
-            "metric": "l2",
-            "num_leaves": self.num_leaves,
-            "max_depth": self.max_depth,
-            "learning_rate": self.learning_rate,
-            "min_data_in_leaf": self.min_child_samples,
-            "feature_fraction": self.feature_fraction,
-            "num_threads": self.num_threads,
-            "seed": self.seed,
-            "deterministic": True,
-            "verbosity": -1,
-            "max_cat_to_onehot": 8,
-        }
+        base = base_lgb_params(self.num_leaves, self.learning_rate, self.min_child_samples, self.feature_fraction,
+                               self.num_threads, self.seed)  # fmt: skip
+        return {**base, "objective": "regression", "metric": "l2", "max_depth": self.max_depth}
 
 
 def timed_mask(data: pd.DataFrame) -> np.ndarray:
