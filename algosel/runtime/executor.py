@@ -73,6 +73,8 @@ MIN_PREDICTED_RATIO = 1.5
 #: candidate there must save more device time than this (without the compiled path). benchmarks/hook_bench.py on
 #: the H200, 2026-11-30: +57 us (cuDNN) and +51 us (GEMM) per call for a tiny conv.
 PYTHON_PATH_OVERHEAD_US = 60.0
+#: The reason of a pass-through whose gain did not pay (a cached one is judged again by the reading executor).
+BELOW_THRESHOLD = "gain below the threshold"
 #: Candidates the verify mode times on a new problem, besides PyTorch's default.
 DEFAULT_VERIFY_K = 3
 #: Candidates of the model's shortlist whose predicted times are compared, on a problem the records lack.
@@ -373,7 +375,7 @@ class Executor:
             return hit
         if not hit.passes_through:
             cid = hit.candidate_id
-        elif hit.reason == "gain below the threshold":
+        elif hit.reason == BELOW_THRESHOLD:
             others = {c: t for c, t in times.items() if c != "pytorch:default" and _finite(t)}
             if not others:
                 return hit
@@ -414,7 +416,7 @@ class Executor:
         gain_us = 1e3 * (default_ms - t)
         overhead_us = self.overhead_us(problem, cid)
         if gain_us < self.min_gain_us + overhead_us or default_ms < min_ratio * t:
-            return Decision(problem.key, "pytorch:default", source, "gain below the threshold", times)
+            return Decision(problem.key, "pytorch:default", source, BELOW_THRESHOLD, times)
         return Decision(problem.key, cid, source, "", times)
 
     def overhead_us(self, problem: ConvProblem, candidate_id: str) -> float:
