@@ -57,11 +57,7 @@ def run(args) -> dict:
     ctx = {"D": zoo._mode("default", hook), "P": zoo._mode(args.mode, hook), "N": zoo._mode("native", hook)}
     for c in ctx.values():
         zoo._run_steps(step, c, max(2, n))
-    times: dict[str, list[float]] = {m: [] for m in ctx}
-    order = list(ctx)
-    for r in range(args.rounds):
-        for m in order if r % 2 == 0 else order[::-1]:
-            times[m].append(1e3 * zoo._wall_s(step, ctx[m], n, sync) / n)
+    times = zoo.rotate(step, ctx, args.rounds, n, sync)
     result: dict = {"net": args.net, "dtype": args.dtype, "mode": args.mode, "device": device}
     for m in ctx:
         result[f"{m}_step_ms"] = statistics.median(times[m])

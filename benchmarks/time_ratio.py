@@ -30,21 +30,25 @@ from algosel.learn.time_model import TimeModel, TimeModelParams, log_error_stats
 from algosel.records.store import load_records, main_environment
 
 
-def default_log2_ms(data: pd.DataFrame) -> np.ndarray:
-    """Per row, ``log2`` of the measured time of PyTorch's default for the row's problem (NaN where untimed)."""
-    keep = timed_mask(data)
-    default = data["candidate_id"].eq("pytorch:default").to_numpy() & keep
-    per_problem = pd.Series(np.log2(data["time_ms_median"].to_numpy(float)[default]),
-                            index=data["problem_key"].to_numpy()[default])  # fmt: skip
-    per_problem = per_problem[~per_problem.index.duplicated()]
-    return data["problem_key"].map(per_problem).to_numpy(float)
+def at_default(data: pd.DataFrame, values: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """Per row, ``values`` at the row of PyTorch's default of the row's problem (NaN where that row is missing or
+    not ``valid``)."""
+    default = data["candidate_id"].eq("pytorch:default").to_numpy()
+    if valid is not None:
+        default = default & valid
+    per_problem = pd.Series(np.asarray(values)[default], index=data["problem_key"].to_numpy()[default])
+    return data["problem_key"].map(per_problem[~per_problem.index.duplicated()]).to_numpy(float)
 
 
-def ratio_rows(data: pd.DataFrame) -> np.ndarray:
+def measured_log2(data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``log2`` of every row's measured time, and per row that of its problem's default (NaN where untimed)."""
+    log2_ms = np.log2(data["time_ms_median"].to_numpy(float).clip(min=np.finfo(float).tiny))
+    return log2_ms, at_default(data, log2_ms, timed_mask(data))
+
+
+def ratio_rows(data: pd.DataFrame, default_log2: np.ndarray) -> np.ndarray:
     """The rows a ratio is defined for: timed candidates other than the default, of problems whose default is timed."""
-    return (
-        timed_mask(data) & ~data["candidate_id"].eq("pytorch:default").to_numpy() & np.isfinite(default_log2_ms(data))
-    )
+    return timed_mask(data) & ~data["candidate_id"].eq("pytorch:default").to_numpy() & np.isfinite(default_log2)
 
 
 def run(data_dirs: list[str], threads: int) -> dict:
@@ -56,23 +60,22 @@ def run(data_dirs: list[str], threads: int) -> dict:
     train, held = prep.rows(~test), prep.rows(test)
     out: dict = {"data": data_dirs, "train_rows": len(train.data), "held_out_rows": len(held.data),
                  "prepare_s": round(time.perf_counter() - t0, 1)}  # fmt: skip
-    measured = np.log2(held.data["time_ms_median"].to_numpy(float).clip(min=np.finfo(float).tiny))
-    measured_ratio = measured - default_log2_ms(held.data)
-    rows = ratio_rows(held.data)
+    measured, measured_default = measured_log2(held.data)
+    measured_ratio = measured - measured_default
+    rows = ratio_rows(held.data, measured_default)
 
     params = TimeModelParams(num_threads=threads)
     t1 = time.perf_counter()
     absolute = TimeModel(params).fit_prepared(train.data, train.X)
     out["time_model_fit_s"] = round(time.perf_counter() - t1, 1)
     predicted = absolute.predict_log2_ms(held.X, num_threads=threads)
-    is_default = held.data["candidate_id"].eq("pytorch:default").to_numpy()
-    per_problem = pd.Series(predicted[is_default], index=held.data["problem_key"].to_numpy()[is_default])
-    predicted_default = held.data["problem_key"].map(per_problem[~per_problem.index.duplicated()]).to_numpy(float)
+    predicted_default = at_default(held.data, predicted)
     out["time_model_absolute"] = log_error_stats((predicted - measured)[timed_mask(held.data)])
     out["time_model_ratio"] = log_error_stats(((predicted - predicted_default) - measured_ratio)[rows])
 
-    train_rows = ratio_rows(train.data)
-    target = np.log2(train.data["time_ms_median"].to_numpy(float)[train_rows]) - default_log2_ms(train.data)[train_rows]
+    train_measured, train_default = measured_log2(train.data)
+    train_rows = ratio_rows(train.data, train_default)
+    target = (train_measured - train_default)[train_rows]
     for name, trees, rate in (("ratio_model", params.n_estimators, params.learning_rate),
                               ("ratio_model_2x_trees", 2 * params.n_estimators, params.learning_rate / 2)):  # fmt: skip
         t1 = time.perf_counter()

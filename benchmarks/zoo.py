@@ -172,6 +172,17 @@ def _wall_s(step, ctx, count: int, sync, first: int = 0) -> float:
     return time.perf_counter() - t0
 
 
+def rotate(step, ctx: dict, rounds: int, steps: int, sync) -> dict[str, list[float]]:
+    """ms per step of each mode's slots of ``steps`` steps, the modes in ABBA rotation (``ctx``'s order, then
+    reversed) for ``rounds`` rounds: neighbouring slots of two modes pair up for their ratios."""
+    times: dict[str, list[float]] = {m: [] for m in ctx}
+    order = list(ctx)
+    for r in range(rounds):
+        for m in order if r % 2 == 0 else order[::-1]:
+            times[m].append(1e3 * _wall_s(step, ctx[m], steps, sync) / steps)
+    return times
+
+
 def _host_ms(step, ctx, count: int, sync) -> float:
     """Host time per step: CPU time of the process (every thread: autograd runs the backward of CUDA tensors on
     threads of its own) from the first step's start to the last step's return, the synchronisation after them not
@@ -226,11 +237,7 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, pe
     # single steps by 10-15% (a slot of 3 averages that down).
     steps = n if n > 1 else max(1, slot_steps)
     out["slot_steps"] = steps
-    times: dict[str, list[float]] = {m: [] for m in MODES}
-    order = list(MODES)
-    for r in range(rounds):
-        for m in order if r % 2 == 0 else order[::-1]:
-            times[m].append(1e3 * _wall_s(step, ctx[m], steps, sync) / steps)
+    times = rotate(step, ctx, rounds, steps, sync)
     for m in MODES:
         out[f"{m}_step_ms"] = statistics.median(times[m])
         out[f"{m}_steps_ms"] = [round(t, 3) for t in times[m]]
