@@ -10,14 +10,20 @@ from __future__ import annotations
 class Unrecorded:
     """The selector as it sees a problem its records lack (its candidates: the nearest recorded problem's list)."""
 
-    def __init__(self, sel):
+    def __init__(self, sel, reference=None):
         self._sel = sel
+        self._reference = reference
 
     def __getattr__(self, name):
         return getattr(self._sel, name)
 
     def is_recorded(self, problem):
         return False
+
+    def records_distance(self, problem):
+        """The distance to the ``reference`` catalogue's problems (e.g. the training shapes' alone: a held-out
+        problem is at distance 0 from the full catalogue, which holds it), else to the model's records."""
+        return (self._reference or self._sel.catalogue).distance(problem)
 
 
 class Predicting(Unrecorded):

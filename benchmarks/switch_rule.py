@@ -2,17 +2,26 @@
 
     python benchmarks/switch_rule.py [--model models/h200-cudnn91900] [--margins 1.0,1.05,1.15,1.3,1.5]
     python benchmarks/switch_rule.py --margins 1.5 --min-gains-us 2,10,20,30,50
+    python benchmarks/switch_rule.py --margins 1.5 --min-gains-us 20 --far-margins 1.5,2,2.5,3,4,inf
+    python benchmarks/switch_rule.py --records data/sweeps/h200-mynet --margins 1.5 --far-margins 1.5,3
 
 For every held-out problem of the model's records (the shapes its ranker and time model never trained on), the
 executor decides as it would for a problem it has no record of: the model's top 3 from the problem's candidate
 list, judged by their predicted times against PyTorch's default's with a margin (``MIN_PREDICTED_RATIO``) and the
-least gain per call (``min_gain_us``; the compiled path's host cost, which is nothing measurable, is taken as 0).
-The decision is then scored by the recorded times: what the step would cost against passing through.
+least gain per call (``min_gain_us``; the compiled path's host cost, which is nothing measurable, is taken as 0),
+and with the larger margin ``MIN_PREDICTED_RATIO_FAR`` (``--far-margins``) where the problem lies farther than
+``NEAR_RECORDS_DISTANCE`` from the training shapes' problems (the held-out ones are not counted: each is at
+distance 0 from itself). The decision is then scored by the recorded times: what the step would cost against
+passing through.
 
 Prints, per margin: the share of problems switched, the geomean and the total of (time of the decision / PyTorch's
 default) over all problems, the share made slower than the default by more than 1% and 5%, and the geomean of the
 switched problems alone. The margin the runtime ships is the one where the total time gains most without making
 problems slower (the docs quote this table).
+
+With ``--records DIR``, the problems are those of a dataset the model did not train on (e.g. a sweep of one's own
+network), decided as the runtime decides problems its records lack, with distances to the model's records, and
+scored by that dataset's times.
 
 With several least gains (``--min-gains-us``), each is scored at each margin, and a second table gives, over every
 recorded problem, the share of the device time the best candidates save over PyTorch's default that switches
@@ -43,19 +52,39 @@ def held_out_problems(sel) -> list:
     return [p for p, t in zip(problems, test) if t]
 
 
-def score(sel, problems, margin: float, min_gain_us: float) -> dict:
+def training_catalogue(sel):
+    """The catalogue of the training shapes' problems alone (what a held-out problem's distance is taken to)."""
+    from algosel.learn.evaluate import is_test_shape
+    from algosel.problem import ConvProblem
+    from algosel.records.catalogue import Catalogue
+
+    frame = sel.catalogue.frame
+    keys = frame["problem_key"].unique()
+    test = dict(zip(keys, is_test_shape([ConvProblem.from_key(k).shape_key for k in keys])))
+    return Catalogue(frame[~frame["problem_key"].map(test)])
+
+
+def score(sel, problems, margin: float, min_gain_us: float, far_margin: float | None = None, reference=None,
+          scored=None) -> dict:  # fmt: skip
+    """The decisions on ``problems`` scored by their records (``far_margin``: default ``MIN_PREDICTED_RATIO_FAR``;
+    ``reference``: the catalogue distances are taken to, default the model's; ``scored``: the catalogue whose times
+    score them, default the model's)."""
+    scored = scored or sel.catalogue
     from algosel.runtime import executor as ex_mod
 
     ex_mod.MIN_PREDICTED_RATIO = margin
-    ex = ex_mod.Executor(selector=Unrecorded(sel), cache=False, native=False, min_gain_us=min_gain_us, live=False)
+    if far_margin is not None:
+        ex_mod.MIN_PREDICTED_RATIO_FAR = far_margin
+    ex = ex_mod.Executor(selector=Unrecorded(sel, reference), cache=False, native=False, min_gain_us=min_gain_us,
+                         live=False)  # fmt: skip
     ex.overhead_us = lambda problem, candidate_id: 0.0  # the compiled path (docs/hook.md: -1.8 to +0.9 us)
     ratios, switched, picked_total, default_total, slower1, slower5 = [], [], 0.0, 0.0, 0, 0
     for p in problems:
-        default_ms = sel.catalogue.time_ms(p.key, "pytorch:default")
+        default_ms = scored.time_ms(p.key, "pytorch:default")
         if default_ms is None:
             continue
         d = ex._decide(p, torch.device("cpu"))
-        t = sel.catalogue.time_ms(p.key, d.candidate_id) if d.candidate_id != "pytorch:default" else default_ms
+        t = scored.time_ms(p.key, d.candidate_id) if d.candidate_id != "pytorch:default" else default_ms
         if t is None:
             continue
         r = t / default_ms
@@ -71,9 +100,10 @@ def score(sel, problems, margin: float, min_gain_us: float) -> dict:
     def gm(v):
         return math.exp(statistics.fmean(math.log(x) for x in v)) if v else float("nan")
 
-    return {"margin": margin, "problems": n, "switched": len(switched) / n, "geomean_vs_default": gm(ratios),
-            "total_vs_default": picked_total / default_total, "slower_1pct": slower1 / n, "slower_5pct": slower5 / n,
-            "geomean_of_switched": gm(switched)}  # fmt: skip
+    return {"margin": margin, "far_margin": ex_mod.MIN_PREDICTED_RATIO_FAR, "problems": n,
+            "switched": len(switched) / n, "geomean_vs_default": gm(ratios),
+            "total_vs_default": picked_total / default_total, "slower_1pct": slower1 / n,
+            "slower_5pct": slower5 / n, "geomean_of_switched": gm(switched)}  # fmt: skip
 
 
 def savings_kept(sel, min_gain_us: float) -> dict:
@@ -93,7 +123,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="a model directory (default: the shipped model)")
     p.add_argument("--margins", default="1.0,1.05,1.1,1.15,1.3,1.5,2.0")
-    p.add_argument("--min-gains-us", default="2", help="least device time saved per call, us (comma-separated)")
+    p.add_argument("--min-gains-us", default="20", help="least device time saved per call, us (comma-separated)")
+    p.add_argument("--records", default=None, help="score on this dataset's problems instead of the held-out ones")
+    p.add_argument("--far-margins", default=None,
+                   help="margins where a problem lies far from the records (comma-separated; inf: never switch "
+                        "there; default: the runtime's)")  # fmt: skip
     args = p.parse_args()
     from algosel.learn.models import load_default
     from algosel.learn.selector import Selector
@@ -102,19 +136,31 @@ def main() -> None:
     sel = Selector.load(args.model) if args.model else load_default()
     if sel.time_model is None:
         raise SystemExit(f"{args.model or 'the shipped model'} has no time model: prediction mode passes through")
-    problems = held_out_problems(sel)
+    if args.records:
+        from algosel.problem import ConvProblem
+        from algosel.records.catalogue import Catalogue
+        from algosel.records.store import load_records
+
+        scored = Catalogue.from_records(load_records(args.records)[0])
+        problems, reference = [ConvProblem.from_key(k) for k in sorted(scored.frame["problem_key"].unique())], None
+        print(f"{args.records}: {len(problems)} problems, decided as the runtime decides problems its records lack")
+    else:
+        problems, reference, scored = held_out_problems(sel), training_catalogue(sel), None
+        print(f"{len(problems)} held-out problems, decided as if unrecorded")
     floors = [float(v) for v in args.min_gains_us.split(",")]
-    print(f"{len(problems)} held-out problems, decided as if unrecorded")
-    print("| margin | min gain us | switched | geomean x default | total x default | slower > 1% | slower > 5% | "
-          "switched: geomean |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    fars = [float(v) for v in args.far_margins.split(",")] if args.far_margins else [None]
+    print("| margin | far margin | min gain us | switched | geomean x default | total x default | slower > 1% | "
+          "slower > 5% | switched: geomean |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for m in map(float, args.margins.split(",")):
-        for floor in floors:
-            t0 = time.perf_counter()
-            r = score(sel, problems, m, floor)
-            print(f"| {m:.2f} | {floor:g} | {r['switched']:.1%} | {r['geomean_vs_default']:.3f} | "
-                  f"{r['total_vs_default']:.3f} | {r['slower_1pct']:.1%} | {r['slower_5pct']:.1%} | "
-                  f"{r['geomean_of_switched']:.3f} |  ({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
+        for far in fars:
+            for floor in floors:
+                t0 = time.perf_counter()
+                r = score(sel, problems, m, floor, far, reference, scored)
+                print(f"| {m:.2f} | {r['far_margin']:g} | {floor:g} | {r['switched']:.1%} | "
+                      f"{r['geomean_vs_default']:.3f} | {r['total_vs_default']:.3f} | {r['slower_1pct']:.1%} | "
+                      f"{r['slower_5pct']:.1%} | {r['geomean_of_switched']:.3f} |  ({time.perf_counter() - t0:.0f} s)",
+                      flush=True)  # fmt: skip
     if len(floors) > 1:
         print("\n| min gain us | recorded savings kept | recorded problems switched |\n| --- | --- | --- |")
         for floor in floors:

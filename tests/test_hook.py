@@ -101,6 +101,69 @@ def test_a_predicted_gain_too_small_to_pay_passes_through(shipped):
     assert hook.stats() == {"pytorch:gain below the threshold": 1}
 
 
+class UnrecordedPredicting(Predicting):
+    """... and with every problem unrecorded, so that each is decided by its predicted times."""
+
+    def is_recorded(self, problem):
+        return False
+
+
+def test_far_from_the_records_a_predicted_switch_needs_the_larger_margin(shipped):
+    """Predicted times are extrapolations far from the recorded problems: there a switch needs
+    MIN_PREDICTED_RATIO_FAR, near them MIN_PREDICTED_RATIO."""
+    near = ConvProblem(n=128, c=1024, k=160, h=3, w=3, r=3, s=3)  # fully connected; recorded in the shipped records
+    far = ConvProblem(n=5, c=1024, k=160, h=3, w=3, r=3, s=3)
+    assert shipped.records_distance(near) == 0.0
+    assert shipped.records_distance(far) > executor_mod.NEAR_RECORDS_DISTANCE
+    ratio = 0.5  # predicted twice as fast: between the two margins
+    assert executor_mod.MIN_PREDICTED_RATIO <= 1 / ratio < executor_mod.MIN_PREDICTED_RATIO_FAR
+    for problem, ratio, expected in ((near, 0.5, "gemm"), (far, 0.5, "pytorch:gain below the threshold"),
+                                     (far, 0.2, "gemm")):  # fmt: skip
+        hook.reset_stats()
+        ex = hook.Executor(selector=UnrecordedPredicting(shipped, gemm_ratio=ratio), live=False)
+        x, w = torch.randn(problem.n, problem.c, 3, 3), torch.randn(problem.k, problem.c, 3, 3)
+        with hook.enabled(ex):
+            torch.testing.assert_close(F.conv2d(x, w), REF(x, w), atol=1e-3, rtol=1e-3)
+        assert hook.stats() == {expected: 1}, (problem.key, ratio)
+
+
+class DefaultTakes(UnrecordedPredicting):
+    """... whose PyTorch's default takes ``default_us``."""
+
+    def __init__(self, sel, default_us: float):
+        super().__init__(sel)
+        self._default_us = default_us
+
+    def predicted_time_ms(self, problem, candidate_ids):
+        return {c: self._default_us / 1e3 for c in candidate_ids}
+
+
+@pytest.mark.parametrize(("default_us", "timed"), [(5.0, False), (9.9, False), (10.1, True), (500.0, True)])
+def test_verify_mode_does_not_time_a_problem_too_short_to_pay(shipped, default_us, timed):
+    """Under the least gain / VERIFY_SKIP_FACTOR (20 us / 2) of predicted default time, nothing is timed."""
+    ex = hook.Executor(selector=DefaultTakes(shipped, default_us), live=False, verify=3, cache=False)
+    calls = []
+
+    def verifier():
+        calls.append(1)
+        raise RuntimeError("timed")
+
+    ex._verifier = verifier
+    problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
+    if timed:
+        with pytest.raises(RuntimeError, match="timed"):
+            ex._measure(problem)
+    else:
+        d = ex._measure(problem)
+        assert (d.candidate_id, d.reason) == ("pytorch:default", executor_mod.TOO_SHORT_TO_PAY)
+    assert bool(calls) == timed
+
+
+def test_without_a_time_model_verify_mode_times_every_problem(shipped):
+    ex = hook.Executor(selector=WithoutTimeModel(shipped), live=False, verify=3, cache=False)
+    assert not ex._too_short_to_pay(ConvProblem(n=1, c=8, k=8, h=4, w=4, r=1, s=1))
+
+
 def test_a_dtype_the_model_was_not_trained_on_passes_through(executor):
     x, w = torch.randn(4, 256, 6, 6, dtype=torch.float64), torch.randn(512, 256, 6, 6, dtype=torch.float64)
     with hook.enabled(executor):

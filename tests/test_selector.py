@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import shutil
 
 import numpy as np
@@ -137,6 +139,16 @@ def test_an_unseen_problem_uses_the_nearest_recorded_one(slice_model):
     assert any(c.candidate_id == "pytorch:default" for c in choices)
     fc = ConvProblem(n=77, c=256, k=1000, h=6, w=6, r=6, s=6, dtype="float16", direction="bwd_data")
     assert "gemm:fc" in {c.candidate_id for c in sel.choose(fc, top_k=500)}
+
+
+def test_the_distance_from_the_records_counts_log2_steps_to_the_nearest_problem_of_its_kind(slice_model):
+    sel = Selector.load(slice_model[0])
+    recorded = ConvProblem.from_key(sel.catalogue.frame["problem_key"].iloc[0])
+    assert sel.records_distance(recorded) == 0.0
+    doubled = dataclasses.replace(recorded, n=2 * recorded.n)
+    assert 0.0 < sel.records_distance(doubled) <= 1.0  # twice the batch: one step, or less to another problem
+    other_kind = dataclasses.replace(recorded, dtype="bfloat16")
+    assert sel.records_distance(other_kind) == math.inf  # nothing of its kind (no bfloat16 records)
 
 
 def test_predict_api_with_fields_and_errors(slice_model):

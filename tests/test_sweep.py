@@ -407,3 +407,76 @@ def test_case_that_kills_the_process_twice_is_skipped_on_the_third_run(tmp_path:
     assert sweeper.measured == [c.key]
     assert _recorded_cases(tmp_path) == sorted([a.key, c.key])
     assert len(load_records(tmp_path)[0]) == 2 * 6
+
+
+# --------------------------------------------------------------------- the runtime's measured shortlist
+def _shortlist(sweeper: Sweeper, names: tuple[str, ...]) -> dict[str, dict]:
+    fake, default = FakeSpace(), PyTorchDefaultSpace()
+    pairs = [(default, default.candidate("default", FC.direction))] + [(fake, Candidate("fake", n)) for n in names]
+    return {r["candidate_id"]: r for r in sweeper.measure_candidates(FC, pairs)}
+
+
+def test_checked_against_the_first_candidate_no_reference_is_computed(monkeypatch) -> None:
+    import algosel.measure.sweep as sweep_mod
+
+    def no_reference(*args, **kwargs):
+        raise AssertionError("the exact reference was computed")
+
+    monkeypatch.setattr(sweep_mod, "reference", no_reference)
+    sweeper = Sweeper([], FakeTimer(lambda label: TIMES[label]), ENV, device="cpu", reference="first")
+    rows = _shortlist(sweeper, ("zeros", "untouched", "good"))
+    assert rows["pytorch:default"]["status"] == "ok" and rows["pytorch:default"]["max_rel_error"] == 0.0
+    assert rows["fake:zeros"]["status"] == "wrong_result"
+    assert rows["fake:untouched"]["status"] == "wrong_result"  # the poisoned buffer, not the default's result
+    assert rows["fake:good"]["status"] == "ok" and rows["fake:good"]["max_rel_error"] < 1e-6
+
+
+def test_when_the_first_candidate_fails_the_rest_are_checked_against_the_exact_reference() -> None:
+    sweeper = Sweeper([], FakeTimer(lambda label: TIMES[label]), ENV, device="cpu", reference="first")
+    fake = FakeSpace()
+    pairs = [(fake, Candidate("fake", n)) for n in ("build_fails", "zeros", "good")]
+    rows = {r["candidate_id"]: r for r in sweeper.measure_candidates(FC, pairs)}
+    assert [rows[f"fake:{n}"]["status"] for n in ("build_fails", "zeros", "good")] == [
+        "build_failed", "wrong_result", "ok",
+    ]  # fmt: skip
+
+
+class _FlagProbe(CandidateSpace):
+    """One candidate that notes cuDNN's TF32 switch while it runs."""
+
+    name = "probe"
+
+    def __init__(self) -> None:
+        self.seen: list[bool] = []
+
+    def enumerate(self, problem):
+        return [Candidate(self.name, "flags")]
+
+    def prepare(self, problem, candidate):
+        space = self
+
+        class _Run(PreparedCandidate):
+            workspace_bytes = 0
+
+            def run(self, ops):
+                space.seen.append(torch.backends.cudnn.allow_tf32)
+                return pytorch_conv(problem, ops)
+
+        return _Run()
+
+
+@pytest.mark.parametrize(("math_arg", "expected"), [("problem", False), ("caller", True)])
+def test_the_math_mode_is_the_problems_or_the_callers(math_arg, expected) -> None:
+    """A float32_strict problem forbids TF32 ("problem"); the runtime keeps the caller's switches ("caller")."""
+    probe = _FlagProbe()
+    sweeper = Sweeper([], FakeTimer(lambda label: 1.0), ENV, device="cpu", math=math_arg)
+    strict = ConvProblem(n=2, c=4, k=4, h=5, w=5, r=3, s=3, pad_h=1, pad_w=1, dtype="float32_strict")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):  # the caller's: TF32 allowed
+        sweeper.measure_candidates(strict, [(probe, Candidate("probe", "flags"))])
+    assert probe.seen and set(probe.seen) == {expected}
+
+
+@pytest.mark.parametrize(("arg", "value"), [("reference", "float64"), ("math", "tf32")])
+def test_a_bad_reference_or_math_mode_is_refused_by_name(arg, value) -> None:
+    with pytest.raises(ValueError, match=value):
+        Sweeper([], FakeTimer(lambda label: 1.0), ENV, device="cpu", **{arg: value})

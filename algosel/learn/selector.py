@@ -248,6 +248,11 @@ class Selector:
         """Whether the records this model ships with measured ``problem`` itself."""
         return self.catalogue.is_recorded(problem)
 
+    def records_distance(self, problem: ConvProblem) -> float:
+        """How far ``problem`` lies from the problems this model's records measured (:meth:`Catalogue.distance`):
+        its predicted times are extrapolations the farther it lies."""
+        return self.catalogue.distance(problem)
+
     def coverage(self, problem: ConvProblem, source: str = "") -> str:
         """Why ``problem`` lies outside what the model's records cover; empty when it does not.
 

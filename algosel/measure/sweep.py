@@ -19,6 +19,7 @@ report says which signal stopped it (the command line exits with 128 + its numbe
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -80,6 +81,15 @@ class Sweeper:
     operand_sets : int
         Operand sets rotated through while timing (no cache-warm inputs).
     workspace_limit_bytes : int
+    reference : str
+        What a candidate's result is checked against: ``"exact"``, the problem computed in float32 with TF32 off
+        (sweeps); ``"first"``, the result of the first candidate measured (the runtime's measured shortlist lists
+        PyTorch's default first: a candidate must agree with what PyTorch computes, and no reference computation
+        of its own is paid, which costs a new PyTorch plan per problem), or the exact one where that fails.
+    math : str
+        ``"problem"``: PyTorch's TF32 switches set for the problem's dtype (:func:`~algosel.operands.math_mode`);
+        ``"caller"``: left as the caller has them (the runtime times candidates under the switches its calls
+        run with: PyTorch's plan cache is keyed by them, so its default runs on the plan the process already has).
     """
 
     def __init__(
@@ -91,7 +101,15 @@ class Sweeper:
         operand_sets: int = 3,
         workspace_limit_bytes: int = DEFAULT_WORKSPACE_LIMIT_BYTES,
         seed: int = 0,
+        reference: str = "exact",
+        math: str = "problem",
     ):
+        if reference not in ("exact", "first"):
+            raise ValueError(f"reference must be 'exact' or 'first', got {reference!r}")
+        if math not in ("problem", "caller"):
+            raise ValueError(f"math must be 'problem' or 'caller', got {math!r}")
+        self.reference = reference
+        self.math = math
         self.spaces = list(spaces)
         self.timer = timer
         self.environment = environment
@@ -131,22 +149,28 @@ class Sweeper:
         env = self.environment["env_id"]
         rows: list[dict[str, Any]] = []
         generator = torch.Generator(device=self.device).manual_seed(self.seed ^ zlib.crc32(problem.key.encode()))
-        with math_mode(problem):
+        with math_mode(problem) if self.math == "problem" else contextlib.nullcontext():
             opsets = [make_operands(problem, self.device, generator) for _ in range(self.operand_sets)]
-            ref = reference(problem, opsets[0])
+            ref = reference(problem, opsets[0]) if self.reference == "exact" else None
             best_ms: float | None = None
             for space, cand, error in listed:
                 if error is not None:
                     rows.append(_row(problem, source, cand, env, status=error.status, reason=error.reason))
                     continue
-                row = self._measure_candidate(space, problem, source, cand, opsets, ref, best_ms)
+                if ref is None and rows:  # the first candidate failed: the exact reference checks the rest
+                    ref = reference(problem, opsets[0])
+                kept: list[torch.Tensor] = []
+                row = self._measure_candidate(space, problem, source, cand, opsets, ref, best_ms, kept)
+                if ref is None:  # this first candidate's result checks the others
+                    ref = kept[0] if kept else reference(problem, opsets[0])
                 rows.append(row)
                 if row["status"] == "ok":
                     best_ms = row["time_ms_median"] if best_ms is None else min(best_ms, row["time_ms_median"])
         del opsets, ref
         return rows
 
-    def _measure_candidate(self, space, problem, source, cand, opsets, ref, best_ms) -> dict[str, Any]:
+    def _measure_candidate(self, space, problem, source, cand, opsets, ref, best_ms, kept) -> dict[str, Any]:
+        """The candidate's record; with ``ref`` None its result is the reference, appended to ``kept``."""
         row = functools.partial(_row, problem, source, cand, self.environment["env_id"])
         try:
             prepared = space.prepare(problem, cand)
@@ -163,7 +187,11 @@ class Sweeper:
             try:
                 out = prepared.run(opsets[0])
                 self._sync()
-                err = relative_error(out, ref)
+                if ref is None:
+                    kept.append(out.double())  # the output buffer is poisoned again for the next candidate
+                    err = 0.0
+                else:
+                    err = relative_error(out, ref)
             except (RuntimeError, CandidateError, torch.cuda.OutOfMemoryError) as exc:
                 return row(status="run_failed", reason=f"{type(exc).__name__}: {exc}"[:500])
             limit = TOLERANCE[problem.dtype]

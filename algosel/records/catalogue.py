@@ -3,7 +3,8 @@
 A selector ships with the catalogue of its training records (``catalogue.parquet``): for a recorded problem it
 gives the candidate list cuDNN offered (with heuristic ranks, notes, workspace, status and median time); for a
 problem never recorded, the list of the *nearest* recorded problem of the same kind (direction, dtype, layout,
-fully-connected / pointwise / depthwise), nearest in log2 of the shape fields.
+fully-connected / pointwise / depthwise), nearest in log2 of the shape fields. How near that problem is
+(:meth:`Catalogue.distance`) says how far a model's predictions for the problem stretch beyond its records.
 """
 
 from __future__ import annotations
@@ -102,6 +103,15 @@ class Catalogue:
             return None
         positions, keys = bucket
         return keys[int(np.argmin(((positions - _position(problem)) ** 2).sum(axis=1)))]
+
+    def distance(self, problem: ConvProblem) -> float:
+        """How far ``problem`` lies from the records: the least sum over the shape fields of |log2 ratio| to a
+        recorded problem of its kind (0: recorded; 1: one field twice or half a recorded problem's; ``inf``:
+        nothing of its kind recorded)."""
+        bucket = self._nearest.get(problem_kind(problem))
+        if bucket is None:
+            return math.inf
+        return float(np.abs(bucket[0] - _position(problem)).sum(axis=1).min())
 
     def time_ms(self, key: str, candidate_id: str) -> float | None:
         """The recorded median time of a candidate on a problem; ``None`` when not timed there."""

@@ -69,6 +69,17 @@ MIN_MEASURED_RATIO = 1.03
 #: records): 1.5 makes 0.3% of them more than 1% slower than PyTorch's default (1.15: 3.5%, 1.3: 1.4%) for a total
 #: time of 0.484x the default's (1.15: 0.465x); a network the model knows nothing about must not run slower.
 MIN_PREDICTED_RATIO = 1.5
+#: The model's predicted times of a problem farther than this from every recorded problem of its kind (the sum over
+#: its shape fields of |log2 ratio| to the nearest, :meth:`~algosel.records.catalogue.Catalogue.distance`) are
+#: extrapolations, and a switch there must be predicted at least ``MIN_PREDICTED_RATIO_FAR`` times faster. With
+#: 1.5 everywhere, prediction mode switched 40 directions of EfficientNet-B0, MobileNetV3 and DeepLabV3 (H200,
+#: benchmarks/switch_check.py; results/switch_check-h200-20261201-margin1.5.jsonl): the 7 at distance 1 all measured
+#: faster (1.09-4.25x); of the 30 at distances 2.6-10.4 (float16 NHWC layers, recorded only in NCHW), all predicted
+#: 1.5-2.6x faster, 18 measured slower than PyTorch's default (down to 0.32x) and 3 did not build. On the held-out
+#: problems, far switches whose default is slow by a wide margin keep most of the gain: total time 0.506x the
+#: default's instead of 0.487x (docs/hook.md: ``python benchmarks/switch_rule.py --far-margins``).
+NEAR_RECORDS_DISTANCE = 2.0
+MIN_PREDICTED_RATIO_FAR = 3.0
 #: Host time the Python autograd Function path adds per convolution over PyTorch's own path (us): a cuDNN
 #: candidate there must save more device time than this (without the compiled path). benchmarks/hook_bench.py on
 #: the H200, 2026-11-30: +57 us (cuDNN) and +51 us (GEMM) per call for a tiny conv.
@@ -77,6 +88,14 @@ PYTHON_PATH_OVERHEAD_US = 60.0
 BELOW_THRESHOLD = "gain below the threshold"
 #: Candidates the verify mode times on a new problem, besides PyTorch's default.
 DEFAULT_VERIFY_K = 3
+#: Verify mode does not time a problem whose default the model predicts to take less than the least gain
+#: (``min_gain_us``) divided by this: no candidate can save the least gain on a convolution shorter than it, and the
+#: default takes more than twice its predicted time on 6.1% of the 1,212 held-out problems. With 20 us, the rule
+#: skips 88 of them (2 with a default of >= 20 us), losing none of the gains of >= 20 us a call. Each timed problem
+#: costs ~0.1 s of the cold first pass.
+VERIFY_SKIP_FACTOR = 2.0
+#: The reason of a problem verify mode did not time for that.
+TOO_SHORT_TO_PAY = "predicted shorter than the least gain"
 #: Candidates of the model's shortlist whose predicted times are compared, on a problem the records lack.
 PREDICT_TOP_K = 3
 
@@ -362,7 +381,16 @@ class Executor:
             return Decision(problem.key, "pytorch:default", "model", why)
         times = predicted(problem, list(dict.fromkeys([*ids, "pytorch:default"])))
         best = min(ids, key=lambda c: times.get(c, math.inf))
-        return self._judge(problem, best, times, times.get("pytorch:default"), "predicted", MIN_PREDICTED_RATIO)
+        return self._judge(problem, best, times, times.get("pytorch:default"), "predicted",
+                           self.min_predicted_ratio(problem))  # fmt: skip
+
+    def min_predicted_ratio(self, problem: ConvProblem) -> float:
+        """How much faster than PyTorch's default the model must predict a candidate of ``problem`` to switch: more
+        where the problem lies far from the records (``NEAR_RECORDS_DISTANCE``)."""
+        distance = getattr(self.selector, "records_distance", None)
+        if distance is not None and distance(problem) > NEAR_RECORDS_DISTANCE:
+            return MIN_PREDICTED_RATIO_FAR
+        return MIN_PREDICTED_RATIO
 
     def _rejudge(self, problem: ConvProblem, hit: Decision) -> Decision:
         """A cached decision under this executor's rule: the cache keeps the times it was made from, and another
@@ -382,7 +410,7 @@ class Executor:
             cid = min(others, key=others.get)
         else:
             return hit
-        ratio = MIN_PREDICTED_RATIO if hit.source == "predicted" else MIN_MEASURED_RATIO
+        ratio = self.min_predicted_ratio(problem) if hit.source == "predicted" else MIN_MEASURED_RATIO
         return self._judge(problem, cid, times, default_ms, hit.source, ratio)
 
     def _allowed(self, problem: ConvProblem, row: dict[str, Any]) -> bool:
@@ -432,6 +460,8 @@ class Executor:
         import time  # noqa: PLC0415
 
         t0 = time.perf_counter()
+        if self._too_short_to_pay(problem):
+            return Decision(problem.key, "pytorch:default", "model", TOO_SHORT_TO_PAY)
         choices = self._choices(problem, False, self.verify + 1)
         ids = [c.candidate_id for c in choices if c.candidate_id != "pytorch:default"][: self.verify]
         if not ids:
@@ -449,14 +479,26 @@ class Executor:
         best = min(times, key=times.get) if times else "pytorch:default"
         return self._judge(problem, best, times, default_ms, "measured", MIN_MEASURED_RATIO)
 
+    def _too_short_to_pay(self, problem: ConvProblem) -> bool:
+        """Whether the model predicts PyTorch's default on ``problem`` to take less than the least gain over
+        ``VERIFY_SKIP_FACTOR`` (False without a time model)."""
+        if getattr(self.selector, "time_model", None) is None:
+            return False
+        default_ms = self.selector.predicted_time_ms(problem, ["pytorch:default"]).get("pytorch:default")
+        return default_ms is not None and 1e3 * default_ms * VERIFY_SKIP_FACTOR < self.min_gain_us
+
     def _verifier(self):
         if self._sweeper is None:
             from algosel.measure.sweep import Sweeper  # noqa: PLC0415
             from algosel.measure.timing import CudaEventTimer  # noqa: PLC0415
 
-            # A small budget: a few repeats behind a blocked stream are enough to rank a shortlist.
+            # A small budget: a few repeats behind a blocked stream are enough to rank a shortlist. Candidates are
+            # checked against PyTorch's default (listed first) under the caller's TF32 switches: an exact reference
+            # and switches set otherwise each made PyTorch build a plan of its own per problem, a third of the cold
+            # pass (EfficientNet-B0 autocast on the H200: 5.2 of 18.9 s).
             timer = CudaEventTimer(budget_ms=1.0, min_repeats=3, max_repeats=5)
-            self._sweeper = Sweeper([], timer, {"env_id": "runtime"}, operand_sets=1)
+            self._sweeper = Sweeper([], timer, {"env_id": "runtime"}, operand_sets=1, reference="first",
+                                    math="caller")  # fmt: skip
         return self._sweeper
 
     # ------------------------------------------------------------------------------------------- plans
