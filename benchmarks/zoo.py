@@ -274,6 +274,12 @@ def job_benchmark(name: str, dtype: str, device: str = "cuda", blocks: int = 4, 
     out["benchmark_step_ms"] = statistics.median(
         1e3 * _wall_s(step, ctx, per_block, sync) / per_block for _ in range(blocks)
     )
+    # Host and kernel time as the paired job measures them: the step time of this separate process is compared
+    # with the paired job's across processes (host-bound steps differ by up to 15% between processes), its kernel
+    # time much less so.
+    out["benchmark_host_ms"] = _host_ms(step, ctx, per_block, sync)
+    if device == "cuda":
+        out["benchmark_kernel_ms"] = _kernel_ms(step, ctx, n)
     return out
 
 
@@ -410,8 +416,9 @@ def summarize(path: Path) -> str:
                 by[key][f"{m}_vs_default"], by[key][f"{m}_interval"] = pooled[0], pooled[1:]
         by[key]["processes"] = len(group)
     head = ("| network | dtype | default ms | predict ms (x default, 95% interval) | verify ms (x default, ...) | "
-            "control ms (x default, ...) | benchmark ms | verify / benchmark | host ms D/P/V/C | kernel ms D/P/V/C | "
-            "verify cold 1st pass s | benchmark 1st pass s | cold / tuning | verify warm 1st pass s |")  # fmt: skip
+            "control ms (x default, ...) | benchmark ms | verify / benchmark | host ms D/P/V/C/B | "
+            "kernel ms D/P/V/C/B | verify cold 1st pass s | benchmark 1st pass s | cold / tuning | "
+            "verify warm 1st pass s |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     ratios: dict[str, list[float]] = {m: [] for m in MODES[1:]}
     for (net, dtype), r in sorted(by.items()):
@@ -426,8 +433,8 @@ def summarize(path: Path) -> str:
         for m, values in ratios.items():
             if f"{m}_vs_default" in r:
                 values.append(r[f"{m}_vs_default"])
-        hosts = "/".join(f(f"{m}_host_ms", 1) for m in MODES)
-        kernels = "/".join(f(f"{m}_kernel_ms", 1) for m in MODES)
+        hosts = "/".join(f(f"{m}_host_ms", 1) for m in (*MODES, "benchmark"))
+        kernels = "/".join(f(f"{m}_kernel_ms", 1) for m in (*MODES, "benchmark"))
 
         def interval(m, r=r):
             lo_hi = r.get(f"{m}_interval")
