@@ -225,7 +225,7 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, pe
     out["default_first_pass_s"] = _wall_s(step, ctx["default"], n, sync)
     t0 = time.perf_counter()
     out["verify_cold_first_pass_s"] = _wall_s(step, ctx["verify"], n, sync)
-    with hook.enabled(verify=3) as ex:
+    with ctx["verify"]() as ex:  # the executor of the verify mode's configuration (its own cache folder)
         out["verify_planning_s"] = ex.planning_s
         out["verify_measured_problems"] = ex.measured_problems
     out["verify_cold_total_s"] = time.perf_counter() - t0
@@ -292,8 +292,9 @@ def job_warm(name: str, dtype: str, device: str = "cuda") -> dict:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     out: dict = {"net": name, "dtype": dtype, "job": "warm", "batch": NETS[name][0], "inputs": n}
     out["default_first_pass_s"] = _wall_s(step, _mode("default", hook), n, sync)
-    out["verify_warm_first_pass_s"] = _wall_s(step, _mode("verify", hook), n, sync)
-    with hook.enabled(verify=3) as ex:
+    verify = _mode("verify", hook)
+    out["verify_warm_first_pass_s"] = _wall_s(step, verify, n, sync)
+    with verify() as ex:
         out["verify_measured_problems"] = ex.measured_problems
     return out
 
