@@ -11,7 +11,10 @@ benchmark flag, so benchmark mode needs its own), and appends one JSON line per 
 - ``paired``: PyTorch's default, the hook in prediction mode (``hook.enabled()``), in verify mode
   (``hook.enabled(verify=3)``) and, as a control, the hook with every convolution passing through (``native``: what
   the dispatch alone costs, and how far two modes that run the same kernels differ in this run) side by side in one
-  process (pass-through convolutions share PyTorch's plans): slots of a few steps in ABBA rotation; medians of the
+  process (pass-through convolutions share PyTorch's plans), and in autocast steps benchmark mode as a fifth
+  (``cudnn.benchmark`` with cuDNN's TF32 switch off: the float16 convolutions' math does not change, but PyTorch
+  keys its plans by the switch, so benchmark mode tunes plans of its own in the same process, its first pass
+  timed): slots of a few steps in ABBA rotation; medians of the
   slot times per mode and of their ratios to the neighbouring default slot; the host CPU time per step, and the
   GPU kernel time per step (torch.profiler). Before that, the
   first step of verify mode with an empty persistent cache (cold: it measures every new problem), after the
@@ -66,6 +69,8 @@ DTYPES = ("float32", "amp")
 #: among the FPN suite's 20 sizes around 800x1216 that the records hold.
 FPN_SIZES = tuple((h, w) for h in (608, 640, 672, 704, 736) for w in (960, 992, 1024, 1088))
 MODES = ("default", "predict", "verify", "native")
+#: The paired job's fifth mode in autocast steps: benchmark mode (below, ``_tuned``).
+TUNED = "tuned"
 #: The model directory of ``--model`` (None: the shipped model for this GPU).
 MODEL = os.environ.get("ALGOSEL_ZOO_MODEL") or None
 #: Which of ``--processes`` repeated processes this is (0 in a job's first).
@@ -144,7 +149,29 @@ def _mode(mode: str, hook):
         return lambda: hook.enabled(verify=3, cache=folder, **sel)
     if mode == "native":
         return lambda: hook.enabled(cache=False, min_gain_us=math.inf, **sel)
+    if mode == TUNED:
+        return _tuned
     return contextlib.nullcontext
+
+
+def _tuned():
+    """Benchmark mode (``cudnn.benchmark``) beside the default in one process, for autocast steps: with cuDNN's TF32
+    switch off, which leaves their float16 convolutions' math as it is, but is part of the key PyTorch keeps a
+    convolution's plan under, so benchmark mode tunes and keeps plans of its own instead of reusing the default's."""
+    import contextlib
+
+    import torch
+
+    @contextlib.contextmanager
+    def switched():
+        saved = torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32 = True, False
+        try:
+            yield
+        finally:
+            torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32 = saved
+
+    return switched()
 
 
 _selectors: dict = {}
@@ -216,7 +243,8 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, pe
 
     step, n = _build(name, dtype, device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    ctx = {m: _mode(m, hook) for m in MODES}
+    modes = (*MODES, TUNED) if dtype == "amp" else MODES
+    ctx = {m: _mode(m, hook) for m in modes}
     per_block = max(per_block, n)
     rounds = 2 if SMOKE else rounds
     out: dict = {"net": name, "dtype": dtype, "job": "paired", "batch": NETS[name][0], "inputs": n}
@@ -230,7 +258,9 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, pe
         out["verify_measured_problems"] = ex.measured_problems
     out["verify_cold_total_s"] = time.perf_counter() - t0
     out["predict_first_pass_s"] = _wall_s(step, ctx["predict"], n, sync)
-    for m in MODES:
+    if TUNED in ctx:  # its tuning: every shape is new to its plan keys
+        out["tuned_first_pass_s"] = _wall_s(step, ctx[TUNED], n, sync)
+    for m in modes:
         _run_steps(step, ctx[m], 2)
     # Slots of a few steps (a pass over the inputs for the FPN) in rotation D P V N N V P D ..., each timed to its
     # end: host-bound steps of this machine vary by 30% from block to block, far more than between neighbours, and
@@ -238,14 +268,14 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, pe
     steps = n if n > 1 else max(1, slot_steps)
     out["slot_steps"] = steps
     times = rotate(step, ctx, rounds, steps, sync)
-    for m in MODES:
+    for m in modes:
         out[f"{m}_step_ms"] = statistics.median(times[m])
         out[f"{m}_steps_ms"] = [round(t, 3) for t in times[m]]
-    for m in MODES[1:]:
+    for m in modes[1:]:
         # the median of the ratios of neighbouring steps, and the ratio of the medians
         out[f"{m}_vs_default"] = statistics.median(a / b for a, b in zip(times[m], times["default"]))
         out[f"{m}_vs_default_of_medians"] = out[f"{m}_step_ms"] / out["default_step_ms"]
-    for m in MODES:
+    for m in modes:
         out[f"{m}_host_ms"] = _host_ms(step, ctx[m], per_block, sync)
         if device == "cuda":
             out[f"{m}_kernel_ms"] = _kernel_ms(step, ctx[m], n)
@@ -370,23 +400,25 @@ def drive(args) -> None:
     print(summarize(out))
 
 
-def _slot_ratios(row: dict, mode: str):
-    """The ratios of ``mode``'s slots to their neighbouring default slots in one paired row (None: not recorded)."""
+def _slot_ratios(row: dict, mode: str, base: str = "default"):
+    """The ratios of ``mode``'s slots to their neighbouring ``base`` slots in one paired row (None: not
+    recorded)."""
     import numpy as np
 
-    a, b = row.get(f"{mode}_steps_ms"), row.get("default_steps_ms")
+    a, b = row.get(f"{mode}_steps_ms"), row.get(f"{base}_steps_ms")
     if not a or not b or len(a) != len(b):
         return None
     return np.asarray(a) / np.asarray(b)
 
 
-def pooled_ratio(rows: list[dict], mode: str, resamples: int = 2000) -> tuple[float, float, float] | None:
-    """The median slot ratio of ``mode`` over the paired rows of one (network, dtype), each from a process of its
-    own, with a 95% bootstrap interval that resamples the processes and then the slots within each (host-bound steps
-    vary more between processes than within one); None where fewer than 4 slots were recorded."""
+def pooled_ratio(rows: list[dict], mode: str, resamples: int = 2000, base: str = "default"
+                 ) -> tuple[float, float, float] | None:  # fmt: skip
+    """The median slot ratio of ``mode`` to ``base`` over the paired rows of one (network, dtype), each from a
+    process of its own, with a 95% bootstrap interval that resamples the processes and then the slots within each
+    (host-bound steps vary more between processes than within one); None where fewer than 4 slots were recorded."""
     import numpy as np
 
-    per_process = [r for r in (_slot_ratios(row, mode) for row in rows) if r is not None and len(r)]
+    per_process = [r for r in (_slot_ratios(row, mode, base) for row in rows) if r is not None and len(r)]
     if sum(len(r) for r in per_process) < 4:
         return None
     rng = np.random.default_rng(0)
@@ -411,17 +443,21 @@ def summarize(path: Path) -> str:
             if r.get("job") == "paired":
                 paired.setdefault((r["net"], r["dtype"]), []).append(r)
     for key, group in paired.items():  # the hook's modes against the default: pooled over the processes
-        for m in MODES[1:]:
+        for m in (*MODES[1:], TUNED):
             pooled = pooled_ratio(group, m)
             if pooled is not None:
                 by[key][f"{m}_vs_default"], by[key][f"{m}_interval"] = pooled[0], pooled[1:]
+        pooled = pooled_ratio(group, "verify", base=TUNED)  # verify mode against benchmark mode, paired
+        if pooled is not None:
+            by[key]["verify_vs_tuned"], by[key]["verify_vs_tuned_interval"] = pooled[0], pooled[1:]
         by[key]["processes"] = len(group)
     head = ("| network | dtype | default ms | predict ms (x default, 95% interval) | verify ms (x default, ...) | "
-            "control ms (x default, ...) | benchmark ms | verify / benchmark | host ms D/P/V/C/B | "
-            "kernel ms D/P/V/C/B | verify cold 1st pass s | benchmark 1st pass s | cold / tuning | "
-            "verify warm 1st pass s |")  # fmt: skip
+            "control ms (x default, ...) | benchmark mode, paired (x default, ...) | verify / benchmark mode, paired | "
+            "benchmark ms (own process) | verify / benchmark | host ms D/P/V/C/T/B | "
+            "kernel ms D/P/V/C/T/B | verify cold 1st pass s | benchmark 1st pass s | cold / tuning | "
+            "verify warm 1st pass s | benchmark mode 1st pass s, paired |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    ratios: dict[str, list[float]] = {m: [] for m in MODES[1:]}
+    ratios: dict[str, list[float]] = {m: [] for m in (*MODES[1:], TUNED)}
     for (net, dtype), r in sorted(by.items()):
 
         def f(k, d=2, r=r):
@@ -434,20 +470,23 @@ def summarize(path: Path) -> str:
         for m, values in ratios.items():
             if f"{m}_vs_default" in r:
                 values.append(r[f"{m}_vs_default"])
-        hosts = "/".join(f(f"{m}_host_ms", 1) for m in (*MODES, "benchmark"))
-        kernels = "/".join(f(f"{m}_kernel_ms", 1) for m in (*MODES, "benchmark"))
+        hosts = "/".join(f(f"{m}_host_ms", 1) for m in (*MODES, TUNED, "benchmark"))
+        kernels = "/".join(f(f"{m}_kernel_ms", 1) for m in (*MODES, TUNED, "benchmark"))
 
         def interval(m, r=r):
             lo_hi = r.get(f"{m}_interval")
             return f", {lo_hi[0]:.3f}-{lo_hi[1]:.3f}" if lo_hi else ""
 
         modes = " | ".join(f"{f(f'{m}_step_ms')} ({f(f'{m}_vs_default', 3)}{interval(m)})" for m in MODES[1:])
+        tuned = f"{f('tuned_step_ms')} ({f('tuned_vs_default', 3)}{interval(TUNED)})" if "tuned_step_ms" in r else ""
+        verify_tuned = f"{f('verify_vs_tuned', 3)}{interval('verify_vs_tuned')}" if "verify_vs_tuned" in r else ""
         name = net if r.get("processes", 1) == 1 else f"{net} (x{r['processes']} processes)"
         lines.append(
-            f"| {name} | {dtype} | {f('default_step_ms')} | {modes} | {f('benchmark_step_ms')} | "
+            f"| {name} | {dtype} | {f('default_step_ms')} | {modes} | {tuned} | {verify_tuned} | "
+            f"{f('benchmark_step_ms')} | "
             f"{ratio('verify_step_ms', 'benchmark_step_ms')} | {hosts} | {kernels} | {f('verify_cold_first_pass_s')} | "
             f"{f('benchmark_first_pass_s')} | {ratio('verify_cold_first_pass_s', 'benchmark_first_pass_s')} | "
-            f"{f('verify_warm_first_pass_s')} |"
+            f"{f('verify_warm_first_pass_s')} | {f('tuned_first_pass_s')} |"
         )
     errors = [r for r in rows if "error" in r]
 
@@ -458,6 +497,8 @@ def summarize(path: Path) -> str:
     lines.append(f"geomean step time / default over {len(ratios['predict'])} (network, dtype): prediction mode "
                  f"{gm(ratios['predict']):.3f}, verify mode {gm(ratios['verify']):.3f}, pass-through control "
                  f"{gm(ratios['native']):.3f}; {len(errors)} job(s) failed")  # fmt: skip
+    if ratios[TUNED]:
+        lines.append(f"benchmark mode paired (autocast), over {len(ratios[TUNED])}: {gm(ratios[TUNED]):.3f}")
     for r in errors:
         lines.append(f"  failed: {r['job']} {r['net']} {r['dtype']}: {r['error'][-300:]}")
     return "\n".join(lines)
@@ -470,7 +511,7 @@ def main() -> None:
     p.add_argument("--jobs", default="paired,benchmark")
     p.add_argument("--device", default="cuda")
     p.add_argument("--timeout-s", type=float, default=240)
-    p.add_argument("--rounds", type=int, default=30, help="paired job: rotations of the four modes' slots")
+    p.add_argument("--rounds", type=int, default=30, help="paired job: rotations of the modes' slots")
     p.add_argument("--slot-steps", type=int, default=3, help="paired job: steps per slot (the FPN: a pass)")
     p.add_argument("--model", default=None, help="the hook's model directory (default: the shipped model)")
     p.add_argument("--processes", type=int, default=1, help="run each job this many times, a new process each")

@@ -28,11 +28,14 @@ def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
         assert r["job"] == "paired" and r["model"] == str(REPO / "models" / "h200-cudnn91900")
         assert r["inputs"] == (3 if r["net"] == "fpn" else 1)  # the smoke run's three FPN sizes
         assert r["slot_steps"] == r["inputs"] if r["net"] == "fpn" else r["slot_steps"] == 1
-        for mode in ("default", "predict", "verify", "native"):
+        modes = ("default", "predict", "verify", "native", *(("tuned",) if r["dtype"] == "amp" else ()))
+        for mode in modes:
             assert len(r[f"{mode}_steps_ms"]) == 2 and r[f"{mode}_step_ms"] > 0 and r[f"{mode}_host_ms"] > 0
+        assert ("tuned_step_ms" in r) == (r["dtype"] == "amp")  # benchmark mode paired in autocast steps only
         assert r["predict_vs_default"] > 0 and r["verify_cold_first_pass_s"] > 0
         assert sum(r["predict_stats"].values()) > 0  # the hook routed the steps' convolutions
     assert "geomean step time / default over 4 (network, dtype)" in res.stdout
+    assert "benchmark mode paired (autocast), over 2:" in res.stdout
     assert "| fpn | float32 |" in res.stdout
 
 
@@ -64,6 +67,22 @@ def test_pooled_ratio_resamples_processes_as_well_as_slots(monkeypatch):
     assert lo == pytest.approx(0.96) and hi == pytest.approx(1.04) and lo <= median <= hi
     assert zoo.pooled_ratio([{"default_steps_ms": [1.0], "predict_steps_ms": [1.0]}], "predict") is None
     assert zoo._cpu_set("0-2,5") == {0, 1, 2, 5}
+
+
+def test_benchmark_mode_paired_switches_benchmark_on_and_tf32_off_and_restores_them(monkeypatch):
+    """The paired benchmark mode: cudnn.benchmark on, cuDNN's TF32 switch off (a plan key of its own for float16
+    convolutions) inside its steps, the caller's switches after; verify mode is compared with it slot by slot."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import torch
+    import zoo
+
+    cudnn = torch.backends.cudnn
+    with cudnn.flags(enabled=True, benchmark=False, allow_tf32=True):
+        with zoo._mode(zoo.TUNED, None)():
+            assert (cudnn.benchmark, cudnn.allow_tf32) == (True, False)
+        assert (cudnn.benchmark, cudnn.allow_tf32) == (False, True)
+    row = {"tuned_steps_ms": [10.0] * 4, "verify_steps_ms": [9.0] * 4, "default_steps_ms": [12.0] * 4}
+    assert zoo.pooled_ratio([row], "verify", base=zoo.TUNED)[0] == pytest.approx(0.9)
 
 
 def test_each_repeated_process_verifies_into_a_cache_of_its_own(monkeypatch):
