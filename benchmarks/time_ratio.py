@@ -1,6 +1,7 @@
 """How well the time model predicts what the runtime decides on: a candidate's time relative to PyTorch's default (CPU).
 
     python benchmarks/time_ratio.py [--data data/sweeps/h200] [--out time_ratio.json]
+    python benchmarks/time_ratio.py --unseen data/sweeps/h200-mynet
 
 The runtime switches where a candidate's predicted time is well below PyTorch's default's predicted time, so the
 error that matters is that of the ratio, ``log2(t_candidate / t_default)``, not of either time alone. On the
@@ -12,6 +13,9 @@ shipped model's split (the held-out shapes of :func:`algosel.learn.evaluate.is_t
   ``log2(t / t_default)`` of its problem), at the time model's size and at twice its trees.
 
 Prints the median and p90 of each error (``2**|log2 error| - 1``) and the fit times; ``--out`` writes them as JSON.
+Beside the errors, what a switch rule sees: of the candidates each predictor says are at least 1.5x faster than the
+default, how many, the share measured faster than it, and their measured geomean ratio. ``--unseen DIR`` also
+judges the same fits on a dataset none of them trained on (e.g. a sweep of one's own network's layers).
 """
 
 from __future__ import annotations
@@ -51,7 +55,34 @@ def ratio_rows(data: pd.DataFrame, default_log2: np.ndarray) -> np.ndarray:
     return timed_mask(data) & ~data["candidate_id"].eq("pytorch:default").to_numpy() & np.isfinite(default_log2)
 
 
-def run(data_dirs: list[str], threads: int) -> dict:
+def switch_view(predicted_ratio: np.ndarray, measured_ratio: np.ndarray, margin: float = 1.5) -> dict:
+    """Of the rows predicted at least ``margin`` times faster than the default (``log2`` ratios), how many, the share
+    measured faster, and the measured geomean of t / t_default."""
+    picked = predicted_ratio <= -np.log2(margin)
+    m = measured_ratio[picked]
+    return {"predicted_faster": int(picked.sum()), "measured_faster": float((m < 0).mean()) if len(m) else None,
+            "measured_geomean": float(2.0 ** m.mean()) if len(m) else None}  # fmt: skip
+
+
+def _judge(out: dict, label: str, data: pd.DataFrame, X, absolute, ratio_models: dict, threads: int) -> None:
+    """The errors (and switch views) of every fit on ``data``, into ``out[label]``."""
+    measured, measured_default = measured_log2(data)
+    measured_ratio = measured - measured_default
+    rows = ratio_rows(data, measured_default)
+    predicted = absolute.predict_log2_ms(X, num_threads=threads)
+    two_times = predicted - at_default(data, predicted)
+    res = {"absolute": log_error_stats((predicted - measured)[timed_mask(data)]),
+           "time_model_ratio": dict(log_error_stats((two_times - measured_ratio)[rows]),
+                                    **switch_view(two_times[rows], measured_ratio[rows]))}  # fmt: skip
+    for name, booster in ratio_models.items():
+        ratio = booster.predict(X, num_threads=threads)
+        res[name] = dict(
+            log_error_stats((ratio - measured_ratio)[rows]), **switch_view(ratio[rows], measured_ratio[rows])
+        )
+    out[label] = res
+
+
+def run(data_dirs: list[str], threads: int, unseen: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     frame, envs = load_records(*data_dirs)
     frame, _ = main_environment(frame, envs)
@@ -76,28 +107,51 @@ def run(data_dirs: list[str], threads: int) -> dict:
     train_measured, train_default = measured_log2(train.data)
     train_rows = ratio_rows(train.data, train_default)
     target = (train_measured - train_default)[train_rows]
+    boosters = {}
     for name, trees, rate in (("ratio_model", params.n_estimators, params.learning_rate),
                               ("ratio_model_2x_trees", 2 * params.n_estimators, params.learning_rate / 2)):  # fmt: skip
         t1 = time.perf_counter()
         dataset = lgb.Dataset(train.X[train_rows], target, feature_name=list(FEATURE_NAMES),
                               categorical_feature=list(CATEGORICAL_FEATURES))  # fmt: skip
-        booster = lgb.train(dict(params.lgb_params(), learning_rate=rate), dataset, num_boost_round=trees)
+        booster = boosters[name] = lgb.train(dict(params.lgb_params(), learning_rate=rate), dataset,
+                                             num_boost_round=trees)  # fmt: skip
         error = booster.predict(held.X, num_threads=threads) - measured_ratio
         out[name] = dict(log_error_stats(error[rows]), trees=trees, learning_rate=rate,
                          fit_s=round(time.perf_counter() - t1, 1))  # fmt: skip
+    _judge(out, "held_out", held.data, held.X, absolute, boosters, threads)
+    if unseen:
+        other, other_envs = load_records(*unseen)
+        other, _ = main_environment(other, other_envs)
+        prepared = Prepared.build(other, other_envs)
+        out["unseen_data"] = unseen
+        _judge(out, "unseen", prepared.data, prepared.X, absolute, boosters, threads)
     return out
+
+
+def _view_text(s: dict) -> str:
+    if "predicted_faster" not in s:
+        return ""
+    if not s["predicted_faster"]:
+        return "; none predicted >= 1.5x faster"
+    return (f"; predicted >= 1.5x faster: {s['predicted_faster']}, measured faster {s['measured_faster']:.1%}, "
+            f"measured geomean {s['measured_geomean']:.3f}")  # fmt: skip
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", nargs="+", default=["data/sweeps/h200"])
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--unseen", nargs="+", default=None, help="also judge the fits on these datasets")
     p.add_argument("--out", default=None)
     args = p.parse_args()
-    result = run(args.data, args.threads)
-    for key in ("time_model_absolute", "time_model_ratio", "ratio_model", "ratio_model_2x_trees"):
-        s = result[key]
-        print(f"{key:22s} median {100 * s['median']:5.1f}%  p90 {100 * s['p90']:6.1f}%  ({s['rows']} candidates)")
+    result = run(args.data, args.threads, args.unseen)
+    for label in ("held_out", "unseen"):
+        if label not in result:
+            continue
+        print(f"{label}:" + (f" {' '.join(result['unseen_data'])}" if label == "unseen" else ""))
+        for key, s in result[label].items():
+            print(f"  {key:22s} median {100 * s['median']:5.1f}%  p90 {100 * s['p90']:6.1f}%  ({s['rows']} rows)"
+                  f"{_view_text(s)}")  # fmt: skip
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(result, fh, indent=1)
