@@ -15,7 +15,8 @@ from conftest import REPO, SLICE
 
 def test_time_ratio_scores_both_models_on_the_held_out_rows(tmp_path):
     out = tmp_path / "time_ratio.json"
-    cmd = [sys.executable, str(REPO / "benchmarks" / "time_ratio.py"), "--data", str(SLICE), "--out", str(out)]
+    cmd = [sys.executable, str(REPO / "benchmarks" / "time_ratio.py"), "--data", str(SLICE), "--out", str(out),
+           "--unseen", str(REPO / "data" / "sweeps" / "h200-mynet")]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     result = json.loads(out.read_text())
@@ -28,6 +29,29 @@ def test_time_ratio_scores_both_models_on_the_held_out_rows(tmp_path):
     assert result["ratio_model"]["rows"] == result["ratio_model_2x_trees"]["rows"] == ratio_rows
     assert result["ratio_model_2x_trees"]["trees"] == 2 * result["ratio_model"]["trees"]
     assert "ratio_model " in res.stdout and "median" in res.stdout
+    # the same fits judged on a dataset none trained on, with what a switch rule sees
+    for label in ("held_out", "unseen"):
+        for key in ("time_model_ratio", "ratio_model"):
+            view = result[label][key]
+            assert view["predicted_faster"] >= 0 and view["rows"] > 0, (label, key)
+            assert view["measured_faster"] is None or 0 <= view["measured_faster"] <= 1
+    assert result["held_out"]["time_model_ratio"]["rows"] == ratio_rows
+    assert result["unseen"]["absolute"]["rows"] == 7156  # every MyNet record is timed
+    assert "unseen: " in res.stdout
+
+
+def test_switch_view_counts_the_predicted_switches_that_hold(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import numpy as np
+    import time_ratio
+
+    predicted = np.log2([0.5, 0.6, 0.9, 0.4])  # three predicted >= 1.5x faster (ratios <= 1/1.5)
+    measured = np.log2([0.8, 1.2, 0.5, 0.5])
+    view = time_ratio.switch_view(predicted, measured)
+    assert view["predicted_faster"] == 3
+    assert view["measured_faster"] == pytest.approx(2 / 3)
+    assert view["measured_geomean"] == pytest.approx((0.8 * 1.2 * 0.5) ** (1 / 3))
+    assert time_ratio.switch_view(np.log2([1.0]), np.log2([0.5]))["measured_faster"] is None
 
 
 class _Catalogue:
