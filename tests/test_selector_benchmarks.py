@@ -78,3 +78,33 @@ def test_savings_kept_counts_the_recorded_gains_at_least_the_floor(monkeypatch):
     kept = switch_rule.savings_kept(sel, 20.0)
     assert kept["savings_kept"] == pytest.approx(50 / 60) and kept["switched"] == pytest.approx(1 / 4)
     assert switch_rule.savings_kept(sel, 51.0)["savings_kept"] == 0.0
+
+
+def test_switch_rule_scores_far_margins_on_held_out_and_on_an_unseen_dataset(monkeypatch):
+    """Held out, distances are taken to the training shapes' problems (each held-out problem is in the full
+    catalogue); never switching far switches no more than the runtime's 3x, which switches no more than 1.5x; an
+    unseen dataset is scored by its own records."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import warnings
+
+    import switch_rule
+
+    from algosel.learn.models import load_default
+    from algosel.problem import ConvProblem
+    from algosel.records.catalogue import Catalogue
+    from algosel.records.store import load_records
+    from algosel.runtime import executor
+
+    for name in ("MIN_PREDICTED_RATIO", "MIN_PREDICTED_RATIO_FAR"):  # score() sets them: restored after the test
+        monkeypatch.setattr(executor, name, getattr(executor, name))
+    warnings.simplefilter("ignore")
+    sel = load_default()
+    held = switch_rule.held_out_problems(sel)[:150]
+    reference = switch_rule.training_catalogue(sel)
+    assert sel.records_distance(held[0]) == 0.0 < reference.distance(held[0])
+    switched = [switch_rule.score(sel, held, 1.5, 20.0, far, reference)["switched"] for far in (1.5, 3.0, math.inf)]
+    assert switched[0] >= switched[1] >= switched[2]
+    mynet = Catalogue.from_records(load_records(REPO / "data" / "sweeps" / "h200-mynet")[0])
+    problems = [ConvProblem.from_key(k) for k in sorted(mynet.frame["problem_key"].unique())]
+    r = switch_rule.score(sel, problems, 1.5, 20.0, 3.0, None, mynet)
+    assert r["problems"] == len(problems) == 126 and r["far_margin"] == 3.0
