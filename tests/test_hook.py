@@ -164,6 +164,26 @@ def test_without_a_time_model_verify_mode_times_every_problem(shipped):
     assert not ex._too_short_to_pay(ConvProblem(n=1, c=8, k=8, h=4, w=4, r=1, s=1))
 
 
+@pytest.mark.parametrize("switch", ["cudnn.deterministic", "use_deterministic_algorithms"])
+def test_deterministic_convolutions_asked_for_are_pytorchs_own(executor, switch):
+    """With determinism asked of PyTorch, a call the hook would switch (fully connected: GEMM) is PyTorch's own;
+    the same call with it off again switches (the switch is part of the call's key)."""
+    x, w = torch.randn(8, 256, 6, 6), torch.randn(512, 256, 6, 6)
+    with hook.enabled(executor):
+        if switch == "cudnn.deterministic":
+            with torch.backends.cudnn.flags(enabled=True, deterministic=True):
+                torch.testing.assert_close(F.conv2d(x, w), REF(x, w))
+        else:
+            torch.use_deterministic_algorithms(True)
+            try:
+                torch.testing.assert_close(F.conv2d(x, w), REF(x, w))
+            finally:
+                torch.use_deterministic_algorithms(False)
+        assert hook.stats() == {"pytorch:deterministic algorithms asked for": 1}
+        F.conv2d(x, w)
+    assert hook.stats() == {"pytorch:deterministic algorithms asked for": 1, "gemm": 1}
+
+
 def test_a_dtype_the_model_was_not_trained_on_passes_through(executor):
     x, w = torch.randn(4, 256, 6, 6, dtype=torch.float64), torch.randn(512, 256, 6, 6, dtype=torch.float64)
     with hook.enabled(executor):

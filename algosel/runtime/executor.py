@@ -701,6 +701,21 @@ _cudnn_tf32: Callable[[], bool] = getattr(torch._C, "_get_cudnn_allow_tf32", Non
 _matmul_tf32: Callable[[], bool] = getattr(torch._C, "_get_cublas_allow_tf32", None) or (
     lambda: torch.backends.cuda.matmul.allow_tf32
 )
+_cudnn_deterministic: Callable[[], bool] = getattr(torch._C, "_get_cudnn_deterministic", None) or (
+    lambda: torch.backends.cudnn.deterministic
+)
+
+
+_deterministic_algorithms: Callable[[], bool] = getattr(torch._C, "_get_deterministic_algorithms", None) or (
+    torch.are_deterministic_algorithms_enabled
+)
+
+
+def deterministic_asked() -> bool:
+    """Whether the process asked PyTorch for deterministic convolutions (``torch.backends.cudnn.deterministic`` or
+    ``torch.use_deterministic_algorithms``): then every convolution is PyTorch's own, which honours it (the
+    candidates' determinism is not recorded for every engine config)."""
+    return _cudnn_deterministic() or _deterministic_algorithms()
 
 
 def _hashable(v: Any) -> Any:
@@ -717,7 +732,7 @@ def run_conv(ex: Executor, x, w, b, stride, padding, dilation, groups) -> torch.
     # building this key and one dict lookup.
     key = (x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), w.dtype, w.device,
            None if b is None else (b.shape, b.dtype, b.device), stride, padding, dilation, groups, grads, cast,
-           _cudnn_tf32(), _matmul_tf32())  # fmt: skip
+           _cudnn_tf32(), _matmul_tf32(), deterministic_asked())  # fmt: skip
     try:
         route = ex._routes.get(key)
     except TypeError:  # list arguments (F.conv2d accepts them)
@@ -760,6 +775,8 @@ def call_problem(
 ) -> tuple[ConvProblem | None, str]:
     """The forward problem of a conv2d call computed in ``compute_dtype``, or None and why the hook does not
     handle it."""
+    if deterministic_asked():
+        return None, "pytorch:deterministic algorithms asked for"
     dtype = dtype_of(str(compute_dtype).removeprefix("torch."), torch.backends.cudnn.allow_tf32)
     if dtype is None:
         return None, "pytorch:dtype not covered"

@@ -13,7 +13,7 @@ counted with its reason (:func:`stats`). Under ``torch.compile`` the hooked conv
 (:mod:`algosel.runtime.ops`), so the graph has no break at the convolutions.
 
 Inputs PyTorch would reject (mismatched devices, dtypes, shapes) go to PyTorch unchanged, so users get PyTorch's
-own error.
+own error; so do all convolutions while deterministic algorithms are asked of PyTorch.
 """
 
 from __future__ import annotations

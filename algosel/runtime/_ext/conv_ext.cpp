@@ -299,7 +299,8 @@ bool read_call(py::handle x, py::handle w, py::handle b, py::handle stride, py::
   k[34] = c->autocast ? static_cast<int64_t>(c->autocast_dtype) : -1;
   k[35] = at::globalContext().allowTF32CuDNN();
   k[36] = at::globalContext().allowTF32CuBLAS();
-  k[37] = 0;
+  // Deterministic convolutions asked for: the Python side routes such calls to PyTorch's own kernel.
+  k[37] = at::globalContext().deterministicCuDNN() || at::globalContext().deterministicAlgorithms();
   return true;
 }
 
