@@ -159,8 +159,9 @@ def _measured(problem: ConvProblem, choices: list[Choice]) -> list[Choice]:
 
     if not any(c.candidate_id == "pytorch:default" for c in choices):
         choices = [*choices, _default_choice(choices)]
+    # PyTorch's default is measured first: its result is what the others are checked against.
     pairs = []
-    for c in choices:
+    for c in sorted(choices, key=lambda c: c.candidate_id != "pytorch:default"):
         space = get_space(c.space)
         pairs.append((space, space.candidate(c.candidate_id.partition(":")[2], problem.direction)))
     rows = shared_executor(cache=False)._verifier().measure_candidates(problem, pairs, source="predict")
