@@ -76,9 +76,8 @@ MIN_PREDICTED_RATIO = 1.5
 #: benchmarks/switch_check.py; results/switch_check-h200-20261201-margin1.5.jsonl): the 7 at distance 1 all measured
 #: faster (1.09-4.25x); of the 33 at distances 2.6-10.4 (float16 NHWC layers, recorded only in NCHW), all predicted
 #: 1.5-2.6x faster, 3 did not build and 18 of the other 30 measured slower than PyTorch's default (down to 0.32x).
-#: On the held-out
-#: problems, far switches whose default is slow by a wide margin keep most of the gain: total time 0.506x the
-#: default's instead of 0.487x (docs/hook.md: ``python benchmarks/switch_rule.py --far-margins``).
+#: On the held-out problems, far switches whose default is slow by a wide margin keep most of the gain: total time
+#: 0.506x the default's instead of 0.487x (docs/hook.md: ``python benchmarks/switch_rule.py --far-margins``).
 NEAR_RECORDS_DISTANCE = 2.0
 MIN_PREDICTED_RATIO_FAR = 3.0
 #: Host time the Python autograd Function path adds per convolution over PyTorch's own path (us): a cuDNN
@@ -693,8 +692,9 @@ class Conv2dFunction(torch.autograd.Function):
 
 
 # ------------------------------------------------------------------------------------------ one call
-# The TF32 switches are part of every call's key. Their public properties cost 0.5 and 1 us a read (Python
-# descriptors over these C getters), a fifth of the routing's per-call cost: read the getters where torch has them.
+# The TF32 and determinism switches are part of every call's key. Their public properties cost 0.5 and 1 us a read
+# (Python descriptors over these C getters), a fifth of the routing's per-call cost: read the getters where torch
+# has them.
 _cudnn_tf32: Callable[[], bool] = getattr(torch._C, "_get_cudnn_allow_tf32", None) or (
     lambda: torch.backends.cudnn.allow_tf32
 )
@@ -704,8 +704,6 @@ _matmul_tf32: Callable[[], bool] = getattr(torch._C, "_get_cublas_allow_tf32", N
 _cudnn_deterministic: Callable[[], bool] = getattr(torch._C, "_get_cudnn_deterministic", None) or (
     lambda: torch.backends.cudnn.deterministic
 )
-
-
 _deterministic_algorithms: Callable[[], bool] = getattr(torch._C, "_get_deterministic_algorithms", None) or (
     torch.are_deterministic_algorithms_enabled
 )
