@@ -72,12 +72,13 @@ MIN_PREDICTED_RATIO = 1.5
 #: The model's predicted times of a problem farther than this from every recorded problem of its kind (the sum over
 #: its shape fields of |log2 ratio| to the nearest, :meth:`~algosel.records.catalogue.Catalogue.distance`) are
 #: extrapolations, and a switch there must be predicted at least ``MIN_PREDICTED_RATIO_FAR`` times faster. With
-#: 1.5 everywhere, prediction mode switched 40 directions of EfficientNet-B0, MobileNetV3 and DeepLabV3 (H200,
-#: benchmarks/switch_check.py; results/switch_check-h200-20261201-margin1.5.jsonl): the 7 at distance 1 all measured
-#: faster (1.09-4.25x); of the 33 at distances 2.6-10.4 (float16 NHWC layers, recorded only in NCHW), all predicted
-#: 1.5-2.6x faster, 3 did not build and 18 of the other 30 measured slower than PyTorch's default (down to 0.32x).
-#: On the held-out problems, far switches whose default is slow by a wide margin keep most of the gain: total time
-#: 0.506x the default's instead of 0.487x (docs/hook.md: ``python benchmarks/switch_rule.py --far-margins``).
+#: 1.5 everywhere, prediction mode switched 40 directions of EfficientNet-B0, MobileNetV3 and DeepLabV3, each then
+#: timed against PyTorch's default as benchmarks/switch_check.py does (H200;
+#: results/switch_check-h200-20261201-margin1.5.jsonl): the 7 at distance 1 all measured faster (1.09-4.25x); of
+#: the 33 at distances 2.6-10.4 (float16 NHWC layers, recorded only in NCHW), all predicted 1.5-2.6x faster, 3 did
+#: not build and 18 of the other 30 measured slower than PyTorch's default (down to 0.32x). On the held-out
+#: problems, far switches whose default is slow by a wide margin keep most of the gain: total time 0.506x the
+#: default's instead of 0.487x (docs/hook.md: ``python benchmarks/switch_rule.py --far-margins``).
 NEAR_RECORDS_DISTANCE = 2.0
 MIN_PREDICTED_RATIO_FAR = 3.0
 #: Host time the Python autograd Function path adds per convolution over PyTorch's own path (us): a cuDNN
