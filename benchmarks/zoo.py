@@ -38,6 +38,7 @@ within them). ``--cpus 0-7`` pins each process (and the threads it starts) to th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -131,8 +132,6 @@ def _build(name: str, dtype: str, device: str):
 def _mode(mode: str, hook):
     """The context each mode's steps run in. Prediction mode keeps its decisions in a cache of its own, so that it
     does not reuse what verify mode measured in the same run; the control passes every convolution through."""
-    import contextlib
-
     from algosel.runtime.native import cache_root
 
     sel = {}
@@ -154,24 +153,19 @@ def _mode(mode: str, hook):
     return contextlib.nullcontext
 
 
+@contextlib.contextmanager
 def _tuned():
     """Benchmark mode (``cudnn.benchmark``) beside the default in one process, for autocast steps: with cuDNN's TF32
     switch off, which leaves their float16 convolutions' math as it is, but is part of the key PyTorch keeps a
     convolution's plan under, so benchmark mode tunes and keeps plans of its own instead of reusing the default's."""
-    import contextlib
-
     import torch
 
-    @contextlib.contextmanager
-    def switched():
-        saved = torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32
-        torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32 = True, False
-        try:
-            yield
-        finally:
-            torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32 = saved
-
-    return switched()
+    saved = torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32 = True, False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32 = saved
 
 
 _selectors: dict = {}
@@ -289,8 +283,6 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, pe
 
 
 def job_benchmark(name: str, dtype: str, device: str = "cuda", blocks: int = 4, per_block: int = 5) -> dict:
-    import contextlib
-
     import torch
 
     torch.backends.cudnn.benchmark = True
@@ -369,7 +361,7 @@ def drive(args) -> None:
         # One process per (job, network): the dtypes share it (their shapes differ, so do PyTorch's plans).
         cmd = [sys.executable, __file__, "--child", "--job", job, "--net", net, "--dtype", ",".join(dtypes),
                "--device", args.device, "--rounds", str(args.rounds),
-               "--slot-steps", str(args.slot_steps), "--process", str(process),
+               "--slot-steps", str(args.slot_steps),
                *(["--cpus", args.cpus] if args.cpus else [])]  # fmt: skip
         env = dict(
             os.environ, ALGOSEL_ZOO_PROCESS=str(process), **({"ALGOSEL_ZOO_MODEL": args.model} if args.model else {})

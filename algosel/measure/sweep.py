@@ -157,7 +157,7 @@ class Sweeper:
                 if error is not None:
                     rows.append(_row(problem, source, cand, env, status=error.status, reason=error.reason))
                     continue
-                if ref is None and rows:  # the first candidate failed: the exact reference checks the rest
+                if ref is None and rows:  # a listing error came first: the exact reference checks the rest
                     ref = reference(problem, opsets[0])
                 kept: list[torch.Tensor] = []
                 row = self._measure_candidate(space, problem, source, cand, opsets, ref, best_ms, kept)

@@ -375,8 +375,7 @@ class Executor:
             return self._measure(problem)
         # The model's shortlist, judged by its predicted times (the calibrated gain estimate), where it has them.
         ids = [c.candidate_id for c in self._choices(problem, live, PREDICT_TOP_K)]
-        # A model without a time model (trained before it, or with it turned off) has no gain estimate.
-        predicted = getattr(sel, "predicted_time_ms", None) if getattr(sel, "time_model", True) is not None else None
+        predicted = self._predicted_times()
         if predicted is None:
             why = "predicted best" if ids[0] == "pytorch:default" else "no gain estimate for an unrecorded problem"
             return Decision(problem.key, "pytorch:default", "model", why)
@@ -480,12 +479,19 @@ class Executor:
         best = min(times, key=times.get) if times else "pytorch:default"
         return self._judge(problem, best, times, default_ms, "measured", MIN_MEASURED_RATIO)
 
+    def _predicted_times(self):
+        """The model's predicted-times function (``Selector.predicted_time_ms``), or None: a model without a time
+        model (trained before it, or with it turned off) has no gain estimate."""
+        sel = self.selector
+        return getattr(sel, "predicted_time_ms", None) if getattr(sel, "time_model", True) is not None else None
+
     def _too_short_to_pay(self, problem: ConvProblem) -> bool:
         """Whether the model predicts PyTorch's default on ``problem`` to take less than the least gain over
         ``VERIFY_SKIP_FACTOR`` (False without a time model)."""
-        if getattr(self.selector, "time_model", None) is None:
+        predicted = self._predicted_times()
+        if predicted is None:
             return False
-        default_ms = self.selector.predicted_time_ms(problem, ["pytorch:default"]).get("pytorch:default")
+        default_ms = predicted(problem, ["pytorch:default"]).get("pytorch:default")
         return default_ms is not None and 1e3 * default_ms * VERIFY_SKIP_FACTOR < self.min_gain_us
 
     def _verifier(self):
