@@ -13,11 +13,13 @@ whether the compiled path's results match PyTorch's, and whether an engine confi
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from standins import Predicting
@@ -33,17 +35,19 @@ PROBLEMS = {
                                       layout="nhwc"),
     "resnet-3x3-fp32": ConvProblem(n=32, c=64, k=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, dtype="float32"),
     "pointwise-fp16-nhwc": ConvProblem(n=32, c=256, k=64, h=56, w=56, r=1, s=1, dtype="float16", layout="nhwc"),
+    "fc-6x6-fp16": ConvProblem(n=64, c=256, k=512, h=6, w=6, r=6, s=6, dtype="float16"),
 }  # fmt: skip
 
 
-def host_us_per_call(fn, calls: int = CALLS, repeats: int = 5) -> float:
-    """Median over ``repeats`` of the host time of ``calls`` calls queued behind a blocked stream."""
+def host_us_per_call(fn, calls: int = CALLS, repeats: int = 5, spin_cycles: int = 200_000_000) -> float:
+    """Median over ``repeats`` of the host time of ``calls`` calls queued behind a blocked stream (``spin_cycles``
+    of GPU spin: ~100 ms by default, longer than the calls take to queue)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     samples = []
     for _ in range(repeats):
-        torch.cuda._sleep(200_000_000)  # ~100 ms of spin: the host queues everything before the GPU runs
+        torch.cuda._sleep(spin_cycles)  # the host queues everything before the GPU runs
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
@@ -69,13 +73,24 @@ def run(args) -> dict:
     result["ext"] = native.status()
     space = get_space("cudnn")
     for label, problem in PROBLEMS.items():
-        row = measure_problem(space, ext, problem)
+        if args.hook_only:
+            row = measure_hook_only(problem, args.pairs)
+        else:
+            row = measure_problem(space, ext, problem, args.pairs)
         result["problems"][label] = row
         print(label, json.dumps(row, default=float), flush=True)
     return result
 
 
-def measure_problem(space, ext, problem: ConvProblem) -> dict:
+def measure_hook_only(problem: ConvProblem, pairs: int) -> dict:
+    """The hook's host cost per call alone (``--hook-only``)."""
+    torch.backends.cudnn.allow_tf32 = problem.dtype == "float32"
+    torch.backends.cudnn.benchmark = False
+    ops = make_operands(problem, "cuda")
+    return {"problem": problem.key, "hook": measure_hook(problem, ops.x, ops.w, conv_args(problem), pairs=pairs)}
+
+
+def measure_problem(space, ext, problem: ConvProblem, pairs: int = 20) -> dict:
     """Every measurement of the module docstring for one problem (forward; the route also runs backward)."""
     row: dict = {"problem": problem.key}
     torch.backends.cudnn.allow_tf32 = problem.dtype == "float32"
@@ -162,14 +177,42 @@ def measure_problem(space, ext, problem: ConvProblem) -> dict:
         row["ext_grad_rel_err"] = [relative_error(gx, xg.grad.double()), relative_error(gw, wg.grad.double())]
     # an engine config rebuilt from its name (no heuristic query)
     row["rebuild_from_name"] = _rebuild_check(space, problem, cands[:6])
-    row["hook"] = measure_hook(problem, x, w, args_)
+    row["hook"] = measure_hook(problem, x, w, args_, pairs=pairs)
     print("hook", json.dumps(row["hook"], default=float), flush=True)
     return row
 
 
-def measure_hook(problem: ConvProblem, x, w, args_) -> dict:
-    """Host us per forward call through the hook (``F.conv2d`` switched on), per route, beside PyTorch's own
-    ``F.conv2d`` measured in the same rotation (pairs of blocks, ABBA)."""
+def _paired_extra_us(default_fn, hook_fn, pairs: int, calls: int) -> dict:
+    """The hook's host us per call over PyTorch's, from ``pairs`` ABBA pairs of blocks of ``calls`` calls, each
+    block queued behind a short spin (the host's time alone): medians, and a 95% interval of the median
+    difference that resamples the pairs (the noise is correlated in time, so only neighbouring blocks pair)."""
+    default_us, hook_us = [], []
+    gc.disable()  # a collection inside one block of a pair would be the largest difference measured
+    try:
+        for p in range(pairs):
+            order = (0, 1) if p % 2 == 0 else (1, 0)
+            t = {}
+            for i in order:
+                fn = default_fn if i == 0 else hook_fn
+                t[i] = host_us_per_call(fn, calls=calls, repeats=1, spin_cycles=50_000_000)
+            default_us.append(t[0])
+            hook_us.append(t[1])
+    finally:
+        gc.enable()
+    diffs = np.subtract(hook_us, default_us)
+    rng = np.random.default_rng(0)
+    boot = np.sort(np.median(rng.choice(diffs, size=(2000, len(diffs))), axis=1))
+    return {
+        "F.conv2d_us": round(statistics.median(default_us), 2),
+        "hook_us": round(statistics.median(hook_us), 2),
+        "extra_us": round(float(np.median(diffs)), 2),
+        "extra_us_95": [round(float(boot[49]), 2), round(float(boot[1949]), 2)],
+    }
+
+
+def measure_hook(problem: ConvProblem, x, w, args_, pairs: int = 20, calls: int = 200) -> dict:
+    """Host us per call through the hook (``F.conv2d`` switched on), per route, beside PyTorch's own ``F.conv2d``
+    in the same rotation (pairs of blocks, ABBA): the forward alone, and forward + backward of a training call."""
     from algosel.learn.models import load_default
     from algosel.runtime import hook
 
@@ -181,27 +224,29 @@ def measure_hook(problem: ConvProblem, x, w, args_) -> dict:
         "cudnn plan": hook.Executor(selector=Predicting(sel, "cudnn"), cache=False),
         "gemm": hook.Executor(selector=Predicting(sel, "gemm"), cache=False),
     }
+    xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+    gy = torch.randn_like(original(x, w, None, **args_))
     out: dict = {}
     for name, ex in variants.items():
         with hook.enabled(ex):
-            F.conv2d(x, w, None, **args_)  # plans
+            F.conv2d(xg, wg, None, **args_).backward(gy)  # plans every direction
             routes = sorted({r.kind for r in ex._routes.values()})
-            pairs = []
-            for order in ((0, 1), (1, 0), (1, 0), (0, 1)):  # ABBA: default (0) and the hook (1)
-                t = {}
-                for i in order:
-                    fn = original if i == 0 else F.conv2d
-                    t[i] = host_us_per_call(lambda fn=fn: fn(x, w, None, **args_), repeats=3)
-                pairs.append((t[0], t[1]))
-        d = statistics.median(a for a, _ in pairs)
-        h = statistics.median(b for _, b in pairs)
-        out[name] = {
-            "route": "/".join(routes),
-            "table": ex.fast_run is not None,
-            "F.conv2d_us": round(d, 2),
-            "hook_us": round(h, 2),
-            "extra_us": round(statistics.median(b - a for a, b in pairs), 2),
-        }
+            row = _paired_extra_us(lambda: original(x, w, None, **args_), lambda: F.conv2d(x, w, None, **args_),
+                                   pairs, calls)  # fmt: skip
+            train = _paired_extra_us(
+                lambda: original(xg, wg, None, **args_).backward(gy),
+                lambda: F.conv2d(xg, wg, None, **args_).backward(gy),
+                pairs,
+                max(1, calls // 4),
+            )
+        row = {"route": "/".join(routes), "table": ex.fast_run is not None, **row}
+        row["fwd+bwd"] = train
+        out[name] = row
+        print(
+            f"  {name:28s} {row['route']:9s} fwd extra {row['extra_us']:+6.2f} us {row['extra_us_95']}  "
+            f"fwd+bwd extra {train['extra_us']:+6.2f} us {train['extra_us_95']}",
+            flush=True,
+        )
     return out
 
 
@@ -238,13 +283,31 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", default="runtime_costs.json")
     p.add_argument("--build-ext", action="store_true", help="build the compiled path first (about a minute)")
+    p.add_argument("--hook-only", action="store_true", help="only the hook's host cost per call, per route")
+    p.add_argument("--pairs", type=int, default=20, help="ABBA pairs of blocks per hook measurement")
     args = p.parse_args()
     result = run(args)
     Path(args.out).write_text(json.dumps(result, indent=1, default=float) + "\n")
+    print(hook_table(result))
+    if args.hook_only:
+        return
     print(f"\n{'path':45s} " + " ".join(f"{k[:18]:>18s}" for k in result["problems"]))
     names = sorted({n for r in result["problems"].values() for n in r["host_us"]})
     for n in names:
         print(f"{n:45s} " + " ".join(f"{r['host_us'].get(n, float('nan')):18.1f}" for r in result["problems"].values()))
+
+
+def hook_table(result: dict) -> str:
+    """Markdown: the hook's extra host us per call (95% interval) per problem and route."""
+    lines = ["| problem | hook variant | route | F.conv2d us | fwd extra us (95%) | fwd+bwd extra us (95%) |",
+             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for label, row in result["problems"].items():
+        for name, v in row.get("hook", {}).items():
+            t = v["fwd+bwd"]
+            lines.append(f"| {label} | {name} | {v['route']} | {v['F.conv2d_us']:.1f} | {v['extra_us']:+.2f} "
+                         f"({v['extra_us_95'][0]:+.2f}, {v['extra_us_95'][1]:+.2f}) | {t['extra_us']:+.2f} "
+                         f"({t['extra_us_95'][0]:+.2f}, {t['extra_us_95'][1]:+.2f}) |")  # fmt: skip
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

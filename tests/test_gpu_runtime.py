@@ -214,19 +214,24 @@ def test_the_dispatch_table_runs_gemm_routes_as_gemm_conv_does(shipped, ext, tmp
         x, w, b = x_cpu.cuda().half(), w_cpu.cuda().half(), torch.randn(w_cpu.shape[0], device="cuda").half()
         if layout == "nhwc":
             x, w = x.contiguous(memory_format=torch.channels_last), w.contiguous(memory_format=torch.channels_last)
-        x.requires_grad_()
+        for t in (x, w, b):
+            t.requires_grad_()
         with hook.enabled(ex):
             first = F.conv2d(x, w, b)
-            again = F.conv2d(x, w, b)  # from the table
+            again = F.conv2d(x, w, b)  # from the table: the compiled GEMM Function
         problem, _ = call_problem(x, w, 1, 0, 1, 1, torch.float16)
         expected = gemm_conv(problem, x, w, b)
         assert torch.equal(first, expected) and torch.equal(again, expected)
-        assert again.stride() == expected.stride()
-        (gx,) = torch.autograd.grad(again.float().sum(), x)
-        (gx_ref,) = torch.autograd.grad(F.conv2d(x, w, b).float().sum(), x)
-        assert _close(gx, gx_ref)
+        assert again.stride() == expected.stride() and not again._is_view()  # in-place activations may follow
+        dy = torch.randn_like(expected)
+        grads = torch.autograd.grad(again, (x, w, b), dy)
+        grads_ref = torch.autograd.grad(F.conv2d(x, w, b), (x, w, b), dy)
+        assert all(g.shape == r.shape and _close(g, r) for g, r in zip(grads, grads_ref))
+        with hook.enabled(ex):
+            y = F.conv2d(x, w, b)
+        assert torch.equal(torch.relu_(y), torch.relu(expected))  # an in-place op on the output is allowed
     held = [(r.kind, ex._table.calls(s)) for r in ex._routes.values() for _, s in r.slots]
-    assert len(held) == len(cases) and all(kind == "gemm" and calls == 1 for kind, calls in held), held
+    assert len(held) == len(cases) and all(kind == "gemm" and calls == 2 for kind, calls in held), held
 
 
 def test_cached_decisions_and_plans_need_no_planning_in_a_new_executor(shipped, ext, tmp_path):
@@ -257,6 +262,27 @@ def test_double_backward_through_the_compiled_path(shipped, ext, tmp_path):
     ref = second(model)
     with hook.enabled(hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path)):
         got = second(model)
+    assert all(_close(a, b, 1e-2) for a, b in zip(got, ref))
+
+
+def test_double_backward_through_the_compiled_gemm_route(shipped, ext, tmp_path):
+    from algosel.runtime import hook
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 1), torch.nn.Tanh(), torch.nn.Conv2d(32, 8, 7)).cuda()
+    model = model.to(memory_format=torch.channels_last)  # 1x1 in NHWC, then fully connected mode
+    x = torch.randn(4, 16, 7, 7, device="cuda").contiguous(memory_format=torch.channels_last).requires_grad_()
+
+    def second(m):
+        (gx,) = torch.autograd.grad(m(x).square().sum(), x, create_graph=True)
+        return torch.autograd.grad(gx.square().sum(), list(m.parameters()))
+
+    ref = second(model)
+    ex = hook.Executor(selector=Preferring(shipped, "gemm"), cache=tmp_path)
+    with hook.enabled(ex):
+        second(model)  # plans
+        got = second(model)  # from the table
+    assert {r.kind for r in ex._routes.values()} == {"gemm"}
     assert all(_close(a, b, 1e-2) for a, b in zip(got, ref))
 
 
