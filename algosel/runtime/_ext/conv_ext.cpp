@@ -304,89 +304,23 @@ bool read_call(py::handle x, py::handle w, py::handle b, py::handle stride, py::
   return true;
 }
 
-// The convolution as one matrix product, as algosel.spaces.gemm.gemm_conv computes it (the same views and
-// products, so the same results), in one autograd node: the composite of views and matmul records a node per op,
-// which is what made this route cost more host time per call than PyTorch's conv2d.
-struct GemmViews {
-  bool nhwc;
-  int64_t n, c, h, wd, k;
-};
-
-GemmViews gemm_views(int64_t kind, const at::Tensor& x, const at::Tensor& w) {
+// The forward as algosel.spaces.gemm.gemm_conv computes it (the same views and products, so the same results).
+at::Tensor gemm_forward(int64_t kind, const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& b) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), k = w.size(0);
   const bool nhwc = kind == kGemmPointwiseNhwc || (x.is_contiguous(at::MemoryFormat::ChannelsLast) &&
                                                     !x.is_contiguous());
-  return {nhwc, x.size(0), x.size(1), x.size(2), x.size(3), w.size(0)};
-}
-
-// x (fc: (N, CHW) in memory order) or w as the product's matrix: plain views where the layout allows.
-at::Tensor x_rows(int64_t kind, const GemmViews& g, const at::Tensor& x) {
-  if (kind == kGemmFc) return g.nhwc ? x.permute({0, 2, 3, 1}).reshape({g.n, -1}) : x.reshape({g.n, -1});
-  return x.permute({0, 2, 3, 1}).view({-1, g.c});  // channels_last x: (N*H*W, C) (the signature fixed its strides)
-}
-
-at::Tensor w_rows(int64_t kind, const GemmViews& g, const at::Tensor& w) {
-  if (kind == kGemmFc) return g.nhwc ? w.permute({0, 2, 3, 1}).reshape({g.k, -1}) : w.reshape({g.k, -1});
-  return w.reshape({g.k, g.c});
-}
-
-struct GemmFunction : public torch::autograd::Function<GemmFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            const c10::optional<at::Tensor>& b, int64_t kind) {
-    const GemmViews g = gemm_views(kind, x, w);
-    const bool has_bias = b.has_value() && b->defined();
-    // The product is written into the output's own storage: a view returned from a custom Function could not be
-    // modified in place afterwards (inplace activations), and a fresh tensor can.
-    at::Tensor y = kind == kGemmFc
-                       ? (g.nhwc ? at::empty_strided({g.n, g.k, 1, 1}, {g.k, 1, g.k, g.k}, x.options())
-                                 : at::empty({g.n, g.k, 1, 1}, x.options()))
-                       : at::empty_strided({g.n, g.k, g.h, g.wd}, {g.h * g.wd * g.k, 1, g.wd * g.k, g.k}, x.options());
-    at::Tensor y2 = kind == kGemmFc ? y.view({g.n, g.k}) : y.permute({0, 2, 3, 1}).view({-1, g.k});
-    const at::Tensor rows = x_rows(kind, g, x), wm = w_rows(kind, g, w);
-    if (has_bias) {
-      at::addmm_out(y2, *b, rows, wm.t());
-    } else {
-      at::mm_out(y2, rows, wm.t());
-    }
-    ctx->save_for_backward({x, w});
-    ctx->saved_data["kind"] = kind;
-    ctx->saved_data["bias"] = has_bias;
-    return y;
+  at::Tensor rows, wm;
+  if (kind == kGemmFc) {
+    rows = nhwc ? x.permute({0, 2, 3, 1}).reshape({n, -1}) : x.reshape({n, -1});
+    wm = nhwc ? w.permute({0, 2, 3, 1}).reshape({k, -1}) : w.reshape({k, -1});
+  } else {  // channels_last x: (N*H*W, C) is a plain view (the signature fixed its strides); fewer ops than reshape
+    rows = x.permute({0, 2, 3, 1}).view({-1, c});
+    wm = w.reshape({k, c});
   }
-
-  // The gradients by the same identities (gemm_conv's bwd_data and bwd_filter). With grad mode on (double
-  // backward) these ops record their own graph over the saved tensors, so the gradients are differentiable.
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const int64_t kind = ctx->saved_data["kind"].toInt();
-    auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& w = saved[1];
-    const GemmViews g = gemm_views(kind, x, w);
-    at::Tensor gy2;
-    if (kind == kGemmFc) {
-      gy2 = grads[0].reshape({g.n, g.k});
-    } else {
-      gy2 = grads[0].contiguous(at::MemoryFormat::ChannelsLast).permute({0, 2, 3, 1}).view({-1, g.k});
-    }
-    at::Tensor gx, gw, gb;
-    if (ctx->needs_input_grad(0)) {
-      at::Tensor gx2 = at::mm(gy2, w_rows(kind, g, w));
-      if (kind == kGemmFc) {
-        gx = g.nhwc ? gx2.reshape({g.n, g.h, g.wd, g.c}).permute({0, 3, 1, 2}) : gx2.reshape({g.n, g.c, g.h, g.wd});
-      } else {
-        gx = gx2.view({g.n, g.h, g.wd, g.c}).permute({0, 3, 1, 2});
-      }
-    }
-    if (ctx->needs_input_grad(1)) {
-      at::Tensor gw2 = at::mm(gy2.t(), x_rows(kind, g, x));
-      const int64_t r = w.size(2), s = w.size(3);
-      gw = kind == kGemmFc && g.nhwc ? gw2.reshape({g.k, r, s, g.c}).permute({0, 3, 1, 2})
-                                     : gw2.reshape({g.k, g.c, r, s});
-    }
-    // needs_input_grad indexes the tensor inputs that were given: bias is the third only where it was given.
-    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) gb = gy2.sum(0);
-    return {gx, gw, gb, at::Tensor()};
-  }
-};
+  at::Tensor y2 = b.has_value() ? at::addmm(*b, rows, wm.t()) : at::matmul(rows, wm.t());
+  if (kind == kGemmFc) return nhwc ? y2.reshape({n, 1, 1, k}).permute({0, 3, 1, 2}) : y2.reshape({n, k, 1, 1});
+  return y2.view({n, h, wd, k}).permute({0, 3, 1, 2});
+}
 
 class RouteTable {
  public:
@@ -438,7 +372,7 @@ class RouteTable {
         if (kind == kCompiled) {
           out = ConvFunction::apply(xi, wi, bi, route);
         } else {
-          out = GemmFunction::apply(xi, wi, bi, kind);
+          out = gemm_forward(kind, xi, wi, bi);
         }
       }
     }
