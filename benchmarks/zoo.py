@@ -357,7 +357,7 @@ def drive(args) -> None:
     out = Path(args.out)
     runs = [(job, net, k) for job in jobs for net in nets for k in range(args.processes)]
     for job, net, process in runs:
-        dtypes = DTYPES if job != "benchmark" or net != "fpn" else ("float32",)
+        dtypes = args.dtypes.split(",") if job != "benchmark" or net != "fpn" else ("float32",)
         # One process per (job, network): the dtypes share it (their shapes differ, so do PyTorch's plans).
         cmd = [sys.executable, __file__, "--child", "--job", job, "--net", net, "--dtype", ",".join(dtypes),
                "--device", args.device, "--rounds", str(args.rounds),
@@ -502,6 +502,7 @@ def main() -> None:
     p.add_argument("--nets", default="all")
     p.add_argument("--jobs", default="paired,benchmark")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--dtypes", default=",".join(DTYPES), help="float32 (TF32, NCHW), amp (float16 autocast, NHWC)")
     p.add_argument("--timeout-s", type=float, default=240)
     p.add_argument("--rounds", type=int, default=30, help="paired job: rotations of the modes' slots")
     p.add_argument("--slot-steps", type=int, default=3, help="paired job: steps per slot (the FPN: a pass)")
@@ -514,6 +515,9 @@ def main() -> None:
     p.add_argument("--net", default=None, help=argparse.SUPPRESS)
     p.add_argument("--dtype", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
+    unknown = sorted(set(args.dtypes.split(",")) - set(DTYPES))
+    if unknown:
+        p.error(f"--dtypes: unknown {','.join(unknown)} (choose from {','.join(DTYPES)})")
     if args.summarize:
         print(summarize(Path(args.summarize)))
     elif args.child:

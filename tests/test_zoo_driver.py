@@ -40,18 +40,27 @@ def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
 
 
 def test_repeated_processes_are_pooled_in_the_table(tmp_path):
-    """``--processes 2``: each job twice, each in a new process pinned by ``--cpus``; the table pools the two."""
+    """``--processes 2``: each job twice, each in a new process pinned by ``--cpus``; the table pools the two.
+    ``--dtypes float32``: that dtype's steps alone."""
     out = tmp_path / "zoo.jsonl"
     env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
     cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "mynet", "--jobs", "paired", "--device",
-           "cpu", "--rounds", "2", "--slot-steps", "1", "--processes", "2", "--cpus", "0",
+           "cpu", "--rounds", "2", "--slot-steps", "1", "--processes", "2", "--cpus", "0", "--dtypes", "float32",
            "--out", str(out)]  # fmt: skip
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert sorted((r["dtype"], r["process"]) for r in rows) == [("amp", 0), ("amp", 1), ("float32", 0), ("float32", 1)]
+    assert sorted((r["dtype"], r["process"]) for r in rows) == [("float32", 0), ("float32", 1)]
     assert all("error" not in r and r["verify_cold_first_pass_s"] > 0 for r in rows)
     assert "| mynet (x2 processes) | float32 |" in res.stdout
+
+
+def test_an_unknown_dtype_is_one_line_naming_it(tmp_path):
+    zoo = str(REPO / "benchmarks" / "zoo.py")
+    cmd = [sys.executable, zoo, "--dtypes", "float32,bf16", "--out", str(tmp_path / "z")]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 2 and "--dtypes: unknown bf16 (choose from float32,amp)" in res.stderr
+    assert not (tmp_path / "z").exists()
 
 
 def test_pooled_ratio_resamples_processes_as_well_as_slots(monkeypatch):
