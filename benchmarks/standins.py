@@ -26,6 +26,14 @@ class Unrecorded:
         return (self._reference or self._sel.catalogue).distance(problem)
 
 
+    def host_us(self, problem, candidate_ids):
+        """The records' host times of the nearest problem of the ``reference`` catalogue (as for the distance): a
+        held-out problem's own record is not looked at."""
+        catalogue = self._reference or self._sel.catalogue
+        key = catalogue.nearest(problem)
+        return {} if key is None else catalogue.host_us(key, candidate_ids)
+
+
 class Predicting(Unrecorded):
     """... with stand-in predicted times: the candidates of space ``faster`` (e.g. ``"cudnn"``) ten times faster
     than PyTorch's default, everything else as fast as it (``faster=None``: nothing pays for leaving PyTorch's path,
@@ -37,3 +45,6 @@ class Predicting(Unrecorded):
 
     def predicted_time_ms(self, problem, candidate_ids):
         return {c: 0.1 if self._faster and c.startswith(self._faster + ":") else 1.0 for c in candidate_ids}
+
+    def host_us(self, problem, candidate_ids):
+        return {}  # the route measured is the one asked for, whatever the records say of its host cost

@@ -15,8 +15,8 @@ benchmark flag, so benchmark mode needs its own), and appends one JSON line per 
   (``cudnn.benchmark`` with cuDNN's TF32 switch off: the float16 convolutions' math does not change, but PyTorch
   keys its plans by the switch, so benchmark mode tunes plans of its own in the same process, its first pass
   timed): slots of a few steps in ABBA rotation; medians of the
-  slot times per mode and of their ratios to the neighbouring default slot; the host CPU time per step, and the
-  GPU kernel time per step (torch.profiler). Before that, the
+  slot times per mode and of their ratios to the neighbouring default slot; the host CPU time per step (of the
+  same slots), and the GPU kernel time per step (torch.profiler). Before that, the
   first step of verify mode with an empty persistent cache (cold: it measures every new problem), after the
   default's own first step (PyTorch's plans are then warm). The hook is switched on around every step, as a user
   writes it.
@@ -193,14 +193,26 @@ def _wall_s(step, ctx, count: int, sync, first: int = 0) -> float:
     return time.perf_counter() - t0
 
 
-def rotate(step, ctx: dict, rounds: int, steps: int, sync) -> dict[str, list[float]]:
+def rotate(step, ctx: dict, rounds: int, steps: int, sync, host: dict | None = None) -> dict[str, list[float]]:
     """ms per step of each mode's slots of ``steps`` steps, the modes in ABBA rotation (``ctx``'s order, then
-    reversed) for ``rounds`` rounds: neighbouring slots of two modes pair up for their ratios."""
+    reversed) for ``rounds`` rounds: neighbouring slots of two modes pair up for their ratios. ``host``, if given,
+    receives each slot's host ms per step (CPU time of the process, every thread, to the last step's return: the
+    synchronisation after it not included), measured in the same rotation, so that drift between blocks of this
+    machine does not read as a difference between modes."""
     times: dict[str, list[float]] = {m: [] for m in ctx}
+    if host is not None:
+        host.update({m: [] for m in ctx})
     order = list(ctx)
     for r in range(rounds):
         for m in order if r % 2 == 0 else order[::-1]:
-            times[m].append(1e3 * _wall_s(step, ctx[m], steps, sync) / steps)
+            sync()
+            t0, c0 = time.perf_counter(), time.process_time()
+            _run_steps(step, ctx[m], steps)
+            cpu_s = time.process_time() - c0
+            sync()
+            times[m].append(1e3 * (time.perf_counter() - t0) / steps)
+            if host is not None:
+                host[m].append(1e3 * cpu_s / steps)
     return times
 
 
@@ -229,8 +241,7 @@ def _kernel_ms(step, ctx, n_inputs: int) -> float:
     return total_us / 1e3 / n_inputs
 
 
-def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, per_block: int = 5,
-               slot_steps: int = 3) -> dict:  # fmt: skip
+def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, slot_steps: int = 3) -> dict:
     import torch
 
     from algosel.runtime import hook
@@ -239,7 +250,6 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, pe
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     modes = (*MODES, TUNED) if dtype == "amp" else MODES
     ctx = {m: _mode(m, hook) for m in modes}
-    per_block = max(per_block, n)
     rounds = 2 if SMOKE else rounds
     out: dict = {"net": name, "dtype": dtype, "job": "paired", "batch": NETS[name][0], "inputs": n}
     if MODEL:
@@ -261,7 +271,8 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, pe
     # single steps by 10-15% (a slot of 3 averages that down).
     steps = n if n > 1 else max(1, slot_steps)
     out["slot_steps"] = steps
-    times = rotate(step, ctx, rounds, steps, sync)
+    host: dict[str, list[float]] = {}
+    times = rotate(step, ctx, rounds, steps, sync, host)
     for m in modes:
         out[f"{m}_step_ms"] = statistics.median(times[m])
         out[f"{m}_steps_ms"] = [round(t, 3) for t in times[m]]
@@ -270,7 +281,8 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, pe
         out[f"{m}_vs_default"] = statistics.median(a / b for a, b in zip(times[m], times["default"]))
         out[f"{m}_vs_default_of_medians"] = out[f"{m}_step_ms"] / out["default_step_ms"]
     for m in modes:
-        out[f"{m}_host_ms"] = _host_ms(step, ctx[m], per_block, sync)
+        out[f"{m}_host_ms"] = statistics.median(host[m])
+        out[f"{m}_hosts_ms"] = [round(t, 3) for t in host[m]]
         if device == "cuda":
             out[f"{m}_kernel_ms"] = _kernel_ms(step, ctx[m], n)
     hook.reset_stats()

@@ -485,3 +485,53 @@ def test_a_cached_decision_is_judged_again_by_this_executors_rule(shipped, min_g
     got = ex.decide(problem, torch.device("cuda"))  # a device object only: the cache is read on GPUs
     assert got.candidate_id == expected and got.source == "measured"
     assert got.times_ms == written.times_ms and ex._cache.put_calls == 0
+
+
+class HostCosting(UnrecordedPredicting):
+    """... whose records say the GEMM lowering takes ``extra_us`` more host time per call than PyTorch's default."""
+
+    def __init__(self, sel, extra_us: float):
+        super().__init__(sel)
+        self._extra_us = extra_us
+
+    def host_us(self, problem, candidate_ids):
+        return {c: 20.0 + (self._extra_us if c.startswith("gemm:") else 0.0) for c in candidate_ids}
+
+
+@pytest.mark.parametrize(("extra_us", "expected"), [(0.0, "gemm"), (700.0, "gemm"),
+                                                    (790.0, "pytorch:gain below the threshold")])  # fmt: skip
+def test_a_switch_must_also_pay_the_host_time_its_candidate_takes_over_pytorchs(shipped, extra_us, expected):
+    """Predicted 0.2 of a 1 ms default: 800 us saved a call, against the least gain (20 us) plus the candidate's
+    recorded extra host time: 700 us more still pays, 790 us does not."""
+    hook.reset_stats()
+    ex = hook.Executor(selector=HostCosting(shipped, extra_us), live=False)
+    x, w = torch.randn(64, 256, 6, 6), torch.randn(512, 256, 6, 6)
+    with hook.enabled(ex):
+        torch.testing.assert_close(F.conv2d(x, w), REF(x, w), atol=1e-3, rtol=1e-3)
+    assert hook.stats() == {expected: 1}
+    decision = ex.decide(ConvProblem(n=64, c=256, k=512, h=6, w=6, r=6, s=6), torch.device("cpu"))
+    assert decision.host_us == {"gemm:fc": 20.0 + extra_us, "pytorch:default": 20.0}
+
+
+def test_host_extra_counts_only_a_measured_excess():
+    extra = executor_mod.host_extra_us
+    assert extra({"cudnn:a": 35.0, "pytorch:default": 20.0}, "cudnn:a") == 15.0
+    assert extra({"cudnn:a": 12.0, "pytorch:default": 20.0}, "cudnn:a") == 0.0  # cheaper: no credit
+    assert extra({"cudnn:a": 35.0}, "cudnn:a") == 0.0 and extra({}, "cudnn:a") == 0.0  # unknown: nothing charged
+    assert extra({"cudnn:a": float("nan"), "pytorch:default": 20.0}, "cudnn:a") == 0.0
+
+
+def test_a_cached_measurement_is_judged_again_with_its_measured_host_times(shipped):
+    """Verify mode keeps the host times it measured with its decision: judged again, a switch whose candidate took
+    more host time than it saved device time passes through."""
+    from algosel.runtime.cache import Decision
+
+    problem = ConvProblem(n=64, c=256, k=512, h=6, w=6, r=6, s=6, dtype="float16")
+    times = {"gemm:fc": 0.010, "pytorch:default": 0.100}  # 90 us saved a call
+    for host_us, expected in (({"gemm:fc": 30.0, "pytorch:default": 25.0}, "gemm:fc"),
+                              ({"gemm:fc": 125.0, "pytorch:default": 25.0}, "pytorch:default")):  # fmt: skip
+        ex = hook.Executor(selector=shipped, live=False)
+        written = Decision(problem.key, "gemm:fc", "measured", "", times, host_us)
+        ex._cache, ex._cache_checked = _OneDecisionCache(written), True
+        got = ex.decide(problem, torch.device("cuda"))
+        assert got.candidate_id == expected and got.host_us == host_us

@@ -151,6 +151,26 @@ def test_the_distance_from_the_records_counts_log2_steps_to_the_nearest_problem_
     assert sel.records_distance(other_kind) == math.inf  # nothing of its kind (no bfloat16 records)
 
 
+def test_the_records_host_time_per_call_is_kept_and_read_from_the_nearest_problem(slice_model, slice_records):
+    """The catalogue keeps each record's host time per call; an unrecorded problem reads its nearest problem's."""
+    frame, _ = slice_records
+    sel = Selector.load(slice_model[0])
+    assert "host_overhead_us" in sel.catalogue.frame.columns
+    row = frame[(frame["status"] == "ok") & (frame["candidate_id"] != "pytorch:default")].iloc[0]
+    recorded = ConvProblem.from_key(row["problem_key"])
+    got = sel.host_us(recorded, [row["candidate_id"], "pytorch:default", "cudnn:no such config"])
+    expected = frame[(frame["problem_key"] == row["problem_key"]) & (frame["candidate_id"] == "pytorch:default")]
+    assert got[row["candidate_id"]] == pytest.approx(row["host_overhead_us"])
+    assert got["pytorch:default"] == pytest.approx(expected["host_overhead_us"].iloc[0])
+    assert "cudnn:no such config" not in got
+    doubled = dataclasses.replace(recorded, n=2 * recorded.n + 1)
+    nearest = sel.catalogue.nearest(doubled)
+    assert sel.host_us(doubled, ["pytorch:default"]) == sel.catalogue.host_us(nearest, ["pytorch:default"])
+    # a catalogue written before the column: no host times, no error
+    old = Selector(sel.ranker, sel.manifest, sel.catalogue.frame.drop(columns="host_overhead_us"), sel.time_model)
+    assert old.host_us(recorded, [row["candidate_id"], "pytorch:default"]) == {}
+
+
 def test_predict_api_with_fields_and_errors(slice_model):
     sel = Selector.load(slice_model[0])
     got = algosel.predict(

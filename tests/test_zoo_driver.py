@@ -31,6 +31,8 @@ def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
         modes = ("default", "predict", "verify", "native", *(("tuned",) if r["dtype"] == "amp" else ()))
         for mode in modes:
             assert len(r[f"{mode}_steps_ms"]) == 2 and r[f"{mode}_step_ms"] > 0 and r[f"{mode}_host_ms"] > 0
+            # host time per step from the same rotated slots as the step times
+            assert len(r[f"{mode}_hosts_ms"]) == 2 and min(r[f"{mode}_hosts_ms"]) <= r[f"{mode}_host_ms"]
         assert ("tuned_step_ms" in r) == (r["dtype"] == "amp")  # benchmark mode paired in autocast steps only
         assert r["predict_vs_default"] > 0 and r["verify_cold_first_pass_s"] > 0
         assert sum(r["predict_stats"].values()) > 0  # the hook routed the steps' convolutions

@@ -409,6 +409,14 @@ class Selector:
         X = assemble(problem, listed_candidate_matrix(picked, rows), self.environment, self._hardware)
         return dict(zip(candidate_ids, self.time_model.predict_ms(X).tolist()))
 
+    def host_us(self, problem: ConvProblem, candidate_ids) -> dict[str, float]:
+        """Host time per call of ``candidate_ids`` as the records measured it (the sweep's ``host_overhead_us``) on
+        ``problem``, or where it is not recorded on the nearest recorded problem of its kind, whose candidate list
+        the model ranks for it: the part of a candidate's host cost that depends on its engine (its kernels'
+        launches) carries over between neighbouring shapes. Empty where the catalogue predates the column."""
+        key = problem.key if self.catalogue.is_recorded(problem) else self.catalogue.nearest(problem)
+        return {} if key is None else self.catalogue.host_us(key, candidate_ids)
+
     def recorded_gain_us(self, problem: ConvProblem, candidate_id: str) -> float | None:
         """Device time the candidate saves over PyTorch's default per call, where both were measured on this
         very problem; else None."""

@@ -19,8 +19,9 @@ import pandas as pd
 from algosel.problem import ConvProblem
 from algosel.records.schema import CANDIDATE_COLUMNS
 
-#: The record columns a catalogue keeps.
-CATALOGUE_COLUMNS: tuple[str, ...] = ("time_ms_median", "problem_key", *CANDIDATE_COLUMNS, "workspace_bytes", "status")
+#: The record columns a catalogue keeps (``host_overhead_us``: catalogues written before it lack it).
+CATALOGUE_COLUMNS: tuple[str, ...] = ("time_ms_median", "problem_key", *CANDIDATE_COLUMNS, "workspace_bytes", "status",
+                                      "host_overhead_us")  # fmt: skip
 #: Log-scaled fields that define "nearest" between problems of one kind.
 _NEAREST_FIELDS = ("n", "c", "k", "h", "w", "r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w", "groups")
 #: The sizes whose recorded range :meth:`Catalogue.extent` gives (``flops`` is the problem's, not a field).
@@ -71,7 +72,7 @@ class Catalogue:
 
     @classmethod
     def from_records(cls, frame: pd.DataFrame, environment: Mapping[str, Any] | None = None) -> Catalogue:
-        return cls(frame[list(CATALOGUE_COLUMNS)].copy(), environment)
+        return cls(frame[[c for c in CATALOGUE_COLUMNS if c in frame]].copy(), environment)
 
     def extent(self) -> dict[str, tuple[float, float]]:
         """The smallest and largest recorded value of each of :data:`EXTENT_FIELDS` over every recorded problem
@@ -112,6 +113,17 @@ class Catalogue:
         if bucket is None:
             return math.inf
         return float(np.abs(bucket[0] - _position(problem)).sum(axis=1).min())
+
+    def host_us(self, key: str, candidate_ids) -> dict[str, float]:
+        """The recorded host time per call (``host_overhead_us``) of each of ``candidate_ids`` that has one on the
+        problem ``key`` (empty where the catalogue predates the column)."""
+        wanted = set(candidate_ids)
+        out = {}
+        for row in self.rows(key) or ():
+            t = row.get("host_overhead_us")
+            if row["candidate_id"] in wanted and t is not None and not (isinstance(t, float) and math.isnan(t)):
+                out[row["candidate_id"]] = float(t)
+        return out
 
     def time_ms(self, key: str, candidate_id: str) -> float | None:
         """The recorded median time of a candidate on a problem; ``None`` when not timed there."""

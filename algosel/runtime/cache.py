@@ -50,6 +50,7 @@ class Decision:
     source: str  # "records", "measured" (timed here) or "predicted" (the model's time estimate)
     reason: str = ""  # why PyTorch's own path, where it is
     times_ms: dict[str, float] = field(default_factory=dict)  # per candidate, measured or predicted
+    host_us: dict[str, float] = field(default_factory=dict)  # host time per call, measured (records or here)
 
     @property
     def passes_through(self) -> bool:
