@@ -25,7 +25,6 @@ class Unrecorded:
         problem is at distance 0 from the full catalogue, which holds it), else to the model's records."""
         return (self._reference or self._sel.catalogue).distance(problem)
 
-
     def host_us(self, problem, candidate_ids):
         """The records' host times of the nearest problem of the ``reference`` catalogue (as for the distance): a
         held-out problem's own record is not looked at."""
