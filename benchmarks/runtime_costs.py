@@ -243,7 +243,12 @@ def measure_hook(problem: ConvProblem, x, w, args_, pairs: int = 20, calls: int 
             )
             train["route"] = "/".join(sorted({r.kind for r in ex._routes.values()} - set(routes)) or routes)
             train["held_in_table"] = sum(len(r.slots) for r in ex._routes.values()) - held
-        row = {"route": "/".join(routes), "table": ex.fast_run is not None, "held_in_table": held, **row}
+        # the candidates planned (the route's host cost depends on its cuDNN engine: docs/hook.md)
+        planned = sorted(
+            {getattr(getattr(p.runner, "candidate", None), "candidate_id", p.path) for p in ex._plans.values()}
+        )
+        row = {"route": "/".join(routes), "table": ex.fast_run is not None, "held_in_table": held, "planned": planned,
+               **row}  # fmt: skip
         row["fwd+bwd"] = train
         out[name] = row
         print(
