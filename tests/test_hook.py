@@ -128,20 +128,19 @@ def test_far_from_the_records_a_predicted_switch_needs_the_larger_margin(shipped
 
 
 class DefaultTakes(UnrecordedPredicting):
-    """... whose PyTorch's default takes ``default_us``."""
+    """... whose PyTorch's default takes ``default_us`` and every other candidate ``others_us`` (default: none
+    faster)."""
 
-    def __init__(self, sel, default_us: float):
+    def __init__(self, sel, default_us: float, others_us: float | None = None):
         super().__init__(sel)
-        self._default_us = default_us
+        self._default_us, self._others_us = default_us, default_us if others_us is None else others_us
 
     def predicted_time_ms(self, problem, candidate_ids):
-        return {c: self._default_us / 1e3 for c in candidate_ids}
+        return {c: (self._default_us if c == "pytorch:default" else self._others_us) / 1e3 for c in candidate_ids}
 
 
-@pytest.mark.parametrize(("default_us", "timed"), [(5.0, False), (9.9, False), (10.1, True), (500.0, True)])
-def test_verify_mode_does_not_time_a_problem_too_short_to_pay(shipped, default_us, timed):
-    """Under the least gain / VERIFY_SKIP_FACTOR (20 us / 2) of predicted default time, nothing is timed."""
-    ex = hook.Executor(selector=DefaultTakes(shipped, default_us), live=False, verify=3, cache=False)
+def _timed(ex, problem):
+    """Whether verify mode times ``problem`` (its timer raises here), else its decision."""
     calls = []
 
     def verifier():
@@ -149,14 +148,38 @@ def test_verify_mode_does_not_time_a_problem_too_short_to_pay(shipped, default_u
         raise RuntimeError("timed")
 
     ex._verifier = verifier
-    problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
-    if timed:
-        with pytest.raises(RuntimeError, match="timed"):
-            ex._measure(problem)
-    else:
-        d = ex._measure(problem)
-        assert (d.candidate_id, d.reason) == ("pytorch:default", executor_mod.TOO_SHORT_TO_PAY)
-    assert bool(calls) == timed
+    try:
+        decision = ex._measure(problem)
+    except RuntimeError as exc:
+        assert str(exc) == "timed" and calls
+        return True, None
+    assert not calls
+    return False, decision
+
+
+@pytest.mark.parametrize(("default_us", "timed"), [(5.0, False), (9.9, False), (10.1, True), (500.0, True)])
+def test_verify_mode_does_not_time_a_problem_too_short_to_pay(shipped, default_us, timed):
+    """Under the least gain / VERIFY_SKIP_FACTOR (20 us / 2) of predicted default time, nothing is timed (the
+    other candidates predicted to take nothing: the predicted gain is the default's whole time)."""
+    ex = hook.Executor(selector=DefaultTakes(shipped, default_us, 0.0), live=False, verify=3, cache=False)
+    got, decision = _timed(ex, ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1))
+    assert got == timed
+    if not timed:
+        assert (decision.candidate_id, decision.reason) == ("pytorch:default", executor_mod.TOO_SHORT_TO_PAY)
+
+
+@pytest.mark.parametrize(("default_us", "others_us", "timed"), [
+    (50.0, 41.0, False),  # 9 us predicted to be saved: under 20 us / 2
+    (50.0, 39.0, True),  # 11 us
+    (100.0, 100.0, True),  # nothing predicted saved, but a default predicted to take 0.1 ms is always timed
+    (99.0, 99.0, False),
+])  # fmt: skip
+def test_verify_mode_does_not_time_a_problem_whose_predicted_gain_is_too_small(shipped, default_us, others_us, timed):
+    ex = hook.Executor(selector=DefaultTakes(shipped, default_us, others_us), live=False, verify=3, cache=False)
+    got, decision = _timed(ex, ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1))
+    assert got == timed
+    if not timed:
+        assert (decision.candidate_id, decision.reason) == ("pytorch:default", executor_mod.PREDICTED_GAIN_TOO_SMALL)
 
 
 def test_without_a_time_model_verify_mode_times_every_problem(shipped):

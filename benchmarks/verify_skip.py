@@ -1,0 +1,93 @@
+"""Which problems verify mode needs to time: the predicted gain of its shortlist as a filter, scored on held-out
+records (CPU).
+
+    python benchmarks/verify_skip.py [--model models/h200-cudnn91900] [--factors 1.5,2,3] [--always-ms 0.05,0.1,0.2,inf]
+
+Verify mode times the model's top ``--verify`` candidates and PyTorch's default on every new problem (about 0.1 s
+of the cold first pass each, on the H200). For every held-out problem of the model's records, decided as if
+unrecorded: the shortlist the executor would time, its predicted times, and its recorded times. What timing finds
+is the recorded best of the shortlist against the default: a switch where it saves at least the least gain (20 us)
+and 3% (``MIN_MEASURED_RATIO``). A filter that times a problem only where the model predicts the shortlist's best
+to save at least ``least gain / factor``, or predicts PyTorch's default to take at least ``--always-ms`` (long
+problems, where a gain the model does not see can be large), is scored by the share of problems it still times, the
+share of the found device time per call it keeps and the switches it loses. Problems the executor never times
+(a default predicted under ``least gain / VERIFY_SKIP_FACTOR``) are left out. The executor's rule is factor
+``VERIFY_SKIP_FACTOR`` with ``VERIFY_ALWAYS_TIME_MS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+from standins import Unrecorded
+from switch_rule import held_out_problems, training_catalogue
+
+
+def shortlist_rows(sel, problems, verify: int, min_gain_us: float) -> list[dict]:
+    """Per problem that verify mode would time today: the predicted and the found (recorded) gain, us per call."""
+    from algosel.runtime import executor as ex_mod
+
+    ex = ex_mod.Executor(selector=Unrecorded(sel, training_catalogue(sel)), cache=False, native=False,
+                         min_gain_us=min_gain_us, live=False, verify=verify)  # fmt: skip
+    rows = []
+    for p in problems:
+        default_ms = sel.catalogue.time_ms(p.key, "pytorch:default")
+        if default_ms is None or ex._too_short_to_pay(p):
+            continue
+        ids = [c.candidate_id for c in ex._choices(p, False, verify + 1) if c.candidate_id != "pytorch:default"]
+        ids = ids[:verify]
+        if not ids:
+            continue
+        predicted = sel.predicted_time_ms(p, [*ids, "pytorch:default"])  # what the executor's filter reads
+        recorded = {c: sel.catalogue.time_ms(p.key, c) for c in ids}
+        recorded = {c: t for c, t in recorded.items() if t is not None}
+        best = min(recorded.values()) if recorded else math.inf
+        found_us = 1e3 * (default_ms - best) if best < default_ms / ex_mod.MIN_MEASURED_RATIO else 0.0
+        rows.append({"problem": p.key, "predicted_default_ms": predicted["pytorch:default"],
+                     "predicted_gain_us": 1e3 * (predicted["pytorch:default"] - min(predicted[c] for c in ids)),
+                     "found_gain_us": found_us if found_us >= min_gain_us else 0.0})  # fmt: skip
+    return rows
+
+
+def score(rows: list[dict], factor: float, always_ms: float, min_gain_us: float) -> dict:
+    def timed(r):
+        return r["predicted_gain_us"] * factor >= min_gain_us or r["predicted_default_ms"] >= always_ms
+
+    kept = [r for r in rows if timed(r)]
+    found = sum(r["found_gain_us"] for r in rows)
+    lost = [r for r in rows if r["found_gain_us"] > 0 and not timed(r)]
+    return {"factor": factor, "always_ms": always_ms, "timed": len(kept) / len(rows),
+            "gain_kept": sum(r["found_gain_us"] for r in kept) / found if found else 1.0,
+            "switches_lost": len(lost), "switches": sum(r["found_gain_us"] > 0 for r in rows),
+            "largest_lost_us": max((r["found_gain_us"] for r in lost), default=0.0)}  # fmt: skip
+
+
+def main() -> None:
+    from algosel.learn.models import load_default
+    from algosel.learn.selector import Selector
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None)
+    p.add_argument("--factors", default="1.5,2,3")
+    p.add_argument("--always-ms", default="0.05,0.1,0.2,inf")
+    p.add_argument("--verify", type=int, default=3)
+    p.add_argument("--min-gain-us", type=float, default=20.0)
+    args = p.parse_args()
+    sel = Selector.load(args.model) if args.model else load_default()
+    torch.set_num_threads(1)
+    rows = shortlist_rows(sel, held_out_problems(sel), args.verify, args.min_gain_us)
+    print(f"{len(rows)} held-out problems verify mode times today (top {args.verify}, least gain "
+          f"{args.min_gain_us:g} us)")  # fmt: skip
+    print("| factor | always timed from (predicted default) | problems timed | found gain kept | switches lost "
+          "| largest lost gain us |\n| --- | --- | --- | --- | --- | --- |")  # fmt: skip
+    for f in (float(x) for x in args.factors.split(",")):
+        for a in (float(x) for x in args.always_ms.split(",")):
+            s = score(rows, f, a, args.min_gain_us)
+            print(f"| {f:g} | {a:g} ms | {100 * s['timed']:.1f}% | {100 * s['gain_kept']:.2f}% | "
+                  f"{s['switches_lost']} of {s['switches']} | {s['largest_lost_us']:.0f} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
