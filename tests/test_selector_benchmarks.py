@@ -108,3 +108,47 @@ def test_switch_rule_scores_far_margins_on_held_out_and_on_an_unseen_dataset(mon
     problems = [ConvProblem.from_key(k) for k in sorted(mynet.frame["problem_key"].unique())]
     r = switch_rule.score(sel, problems, 1.5, 20.0, 3.0, None, mynet)
     assert r["problems"] == len(problems) == 126 and r["far_margin"] == 3.0
+
+
+def _rows(problem, *cands):
+    return [{"problem_key": problem, "candidate_id": c, "space": c.split(":")[0], "engine_id": e, "status": "ok",
+             "time_ms_median": t, "host_overhead_us": h} for c, e, t, h in cands]  # fmt: skip
+
+
+def test_host_cost_records_measures_each_candidates_host_time_over_the_defaults(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import host_cost_records as hcr
+
+    frame = pd.DataFrame(
+        _rows(
+            "p1",
+            ("pytorch:default", 0, 0.100, 20.0),
+            ("cudnn:eng3_a", 3, 0.050, 50.0),
+            ("cudnn:eng9_b", 9, 0.090, 21.0),
+        )
+        + _rows("p2", ("pytorch:default", 0, 0.030, 25.0), ("cudnn:eng3_a", 3, 0.028, 49.0))
+        + _rows("p3", ("cudnn:eng3_a", 3, 0.010, 30.0))  # no default timed: left out
+    )
+    rows = hcr.host_extra(frame)
+    assert sorted(rows["problem_key"].unique()) == ["p1", "p2"]
+    engines = hcr.by_engine(rows)
+    assert engines.loc[("cudnn", 3), "median_us"] == pytest.approx(27.0)  # +30 and +24
+    assert engines.loc[("cudnn", 9), "records"] == 1
+    sw = hcr.switches(rows, 20.0)  # p1's fastest saves 50 us; p2's 2 us
+    assert list(sw["problem_key"]) == ["p1"] and sw["extra_us"].iloc[0] == pytest.approx(30.0)
+
+
+def test_verify_skip_scores_a_filter_by_what_it_times_and_what_it_loses(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import verify_skip
+
+    rows = [
+        {"problem": "a", "predicted_default_ms": 0.05, "predicted_gain_us": 30.0, "found_gain_us": 40.0},
+        {"problem": "b", "predicted_default_ms": 0.05, "predicted_gain_us": 2.0, "found_gain_us": 0.0},
+        {"problem": "c", "predicted_default_ms": 0.50, "predicted_gain_us": 1.0, "found_gain_us": 60.0},
+        {"problem": "d", "predicted_default_ms": 0.02, "predicted_gain_us": 5.0, "found_gain_us": 25.0},
+    ]
+    s = verify_skip.score(rows, 2.0, 0.1, 20.0)  # times a (gain) and c (long default)
+    assert s["timed"] == 0.5 and s["gain_kept"] == pytest.approx(100 / 125)
+    assert (s["switches_lost"], s["switches"], s["largest_lost_us"]) == (1, 3, 25.0)
+    assert verify_skip.score(rows, 2.0, math.inf, 20.0)["timed"] == 0.25  # without the long-default rule: a only
