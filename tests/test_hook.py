@@ -558,3 +558,31 @@ def test_a_cached_measurement_is_judged_again_with_its_measured_host_times(shipp
         ex._cache, ex._cache_checked = _OneDecisionCache(written), True
         got = ex.decide(problem, torch.device("cuda"))
         assert got.candidate_id == expected and got.host_us == host_us
+
+
+def test_the_fastest_measured_candidate_counts_the_host_time_it_takes_over_pytorchs():
+    fastest = executor_mod.fastest
+    times = {"pytorch:default": 0.200, "cudnn:a": 0.100, "cudnn:b": 0.110}
+    assert fastest(times, {}) == "cudnn:a"  # no host times: the least device time
+    host = {"pytorch:default": 20.0, "cudnn:a": 45.0, "cudnn:b": 21.0}  # a: 10 us faster, 25 us more host time
+    assert fastest(times, host) == "cudnn:b"
+    assert fastest({}, host) == "pytorch:default"
+
+
+def test_verify_mode_keeps_the_candidate_whose_kernel_and_launch_cost_least(shipped):
+    """Measured: the fastest kernel takes 500 us more host time a call than PyTorch's default; the second, 5 us
+    slower, launches as cheaply as PyTorch's: verify mode keeps the second."""
+    ex = hook.Executor(selector=DefaultTakes(shipped, 1000.0, 0.0), live=False, verify=3, cache=False)
+    problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
+    ids = [c.candidate_id for c in ex._choices(problem, False, 4) if c.candidate_id != "pytorch:default"][:2]
+
+    class Timer:
+        def measure_candidates(self, problem, pairs, source):
+            t = {"pytorch:default": (1.000, 20.0), ids[0]: (0.100, 520.0), ids[1]: (0.105, 20.0)}
+            return [{"candidate_id": c.candidate_id, "status": "ok", "time_ms_median": t[c.candidate_id][0],
+                     "host_overhead_us": t[c.candidate_id][1]} for _, c in pairs if c.candidate_id in t]  # fmt: skip
+
+    ex._verifier = Timer
+    d = ex._measure(problem)
+    assert d.candidate_id == ids[1] and d.source == "measured"
+    assert d.host_us[ids[0]] == 520.0  # every measured host time is kept for judging it again

@@ -192,6 +192,15 @@ def host_extra_us(host_us: dict[str, float], candidate_id: str) -> float:
     return max(0.0, t - t_default)
 
 
+def fastest(times: dict[str, float], host_us: dict[str, float]) -> str:
+    """The measured candidate of least device time plus the host time it takes over PyTorch's default (as if the two
+    added up, which a host-bound step comes close to): a slightly slower kernel that launches as cheaply as PyTorch's
+    beats a faster one that costs its step more host time than it saves."""
+    if not times:
+        return "pytorch:default"
+    return min(times, key=lambda c: times[c] + host_extra_us(host_us, c) / 1e3)
+
+
 def _one_matrix_product(problem: ConvProblem) -> bool:
     """Whether the forward lowering is a single GEMM on views (so autograd's backward is the lowering of both
     gradients), in the math mode the records measured: TF32 for ``float32``, which in autograd's backward follows
@@ -385,7 +394,10 @@ class Executor:
                 times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows
                          if r.get("status") == "ok" and _finite(r.get("time_ms_median"))
                          and self._allowed(problem, r)}  # fmt: skip
-                cid = min(times, key=times.get) if times else "pytorch:default"
+                host_fn = getattr(sel, "host_us", None)
+                host_us = host_fn(problem, list(times)) if host_fn is not None else {}
+                cid = fastest(times, host_us)
+                host_us = {c: host_us[c] for c in (cid, "pytorch:default") if c in host_us}
             else:
                 cid = sel.choose(problem, self.max_workspace_bytes, top_k=1, live=False)[0].candidate_id
                 times = {}
@@ -393,8 +405,8 @@ class Executor:
                     t = sel.catalogue.time_ms(problem.key, c)
                     if t is not None:
                         times[c] = t
-            return self._judge(problem, cid, times, default_ms, "records", MIN_MEASURED_RATIO,
-                               self._recorded_host_us(problem, cid))  # fmt: skip
+                host_us = self._recorded_host_us(problem, cid)
+            return self._judge(problem, cid, times, default_ms, "records", MIN_MEASURED_RATIO, host_us)
         live = device.type == "cuda" and self._live_ok()
         if self.verify and device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
             # The nearest recorded problem's list, each config built by name: a few ms, where querying cuDNN's
@@ -518,8 +530,8 @@ class Executor:
         self.measured_problems += 1
         self.planning_s += time.perf_counter() - t0
         default_ms = times.get("pytorch:default")
-        best = min(times, key=times.get) if times else "pytorch:default"
-        return self._judge(problem, best, times, default_ms, "measured", MIN_MEASURED_RATIO, host_us)
+        return self._judge(problem, fastest(times, host_us), times, default_ms, "measured", MIN_MEASURED_RATIO,
+                           host_us)  # fmt: skip
 
     def _predicted_times(self):
         """The model's predicted-times function (``Selector.predicted_time_ms``), or None: a model without a time
