@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -205,6 +206,9 @@ def rotate(step, ctx: dict, rounds: int, steps: int, sync, host: dict | None = N
     order = list(ctx)
     for r in range(rounds):
         for m in order if r % 2 == 0 else order[::-1]:
+            # Python's cyclic collector runs when allocations cross its thresholds: collected before each slot, a
+            # mode's garbage is not collected in the next mode's slot (its own collections still count in its own)
+            gc.collect()
             sync()
             t0, c0 = time.perf_counter(), time.process_time()
             _run_steps(step, ctx[m], steps)
