@@ -6,11 +6,14 @@ path costs. The gain is known from, in order:
 
 - the records the model ships with, for a problem they measured (measurements of this GPU);
 - a measurement here (``verify=k``): on the first call of a new problem the model's top ``k`` candidates and
-  PyTorch's default are checked and timed once with the sweeper's timer (a small budget), and the fastest kept;
+  PyTorch's default are checked and timed once with the sweeper's timer (a small budget), and the fastest kept
+  (where the model predicts a gain worth timing, or a long default);
 - the model's predicted times, where the model has a time predictor;
 
-and otherwise the call passes through: a network the model knows nothing about runs at PyTorch's speed. Decisions
-go into the persistent cache (:mod:`algosel.runtime.cache`), so a later process decides nothing again.
+and otherwise the call passes through: a network the model knows nothing about runs at PyTorch's speed. What leaving
+PyTorch's path costs is the least gain (``min_gain_us``), the path's own host cost, and the host time per call the
+candidate takes over PyTorch's default where the records or the measurement timed it (:func:`host_extra_us`).
+Decisions go into the persistent cache (:mod:`algosel.runtime.cache`), so a later process decides nothing again.
 
 The decisions of one call signature (shapes, strides, dtypes, geometry, which inputs need gradients, autocast,
 TF32 switches) are bundled into a route, memoised per signature; a call then costs one tuple key and one dict
