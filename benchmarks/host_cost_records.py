@@ -50,7 +50,10 @@ def main() -> None:
     p.add_argument("--data", nargs="+", default=["data/sweeps/h200"])
     p.add_argument("--min-gain-us", type=float, default=20.0)
     args = p.parse_args()
-    frame, _ = load_records(*args.data)
+    try:
+        frame, _ = load_records(*args.data)
+    except (OSError, ValueError) as exc:
+        p.error(str(exc))
     rows = host_extra(frame)
     pd.set_option("display.width", 160)
     print(f"host us per call over PyTorch's default, by engine ({len(rows)} timed records):")

@@ -75,15 +75,20 @@ def main() -> None:
     p.add_argument("--verify", type=int, default=3)
     p.add_argument("--min-gain-us", type=float, default=20.0)
     args = p.parse_args()
-    sel = Selector.load(args.model) if args.model else load_default()
+    try:
+        sel = Selector.load(args.model) if args.model else load_default()
+        factors = [float(x) for x in args.factors.split(",")]
+        always = [float(x) for x in args.always_ms.split(",")]
+    except (OSError, ValueError) as exc:  # SelectorError is a ValueError: one line, not a traceback
+        p.error(str(exc))
     torch.set_num_threads(1)
     rows = shortlist_rows(sel, held_out_problems(sel), args.verify, args.min_gain_us)
     print(f"{len(rows)} held-out problems verify mode times today (top {args.verify}, least gain "
           f"{args.min_gain_us:g} us)")  # fmt: skip
     print("| factor | always timed from (predicted default) | problems timed | found gain kept | switches lost "
           "| largest lost gain us |\n| --- | --- | --- | --- | --- | --- |")  # fmt: skip
-    for f in (float(x) for x in args.factors.split(",")):
-        for a in (float(x) for x in args.always_ms.split(",")):
+    for f in factors:
+        for a in always:
             s = score(rows, f, a, args.min_gain_us)
             print(f"| {f:g} | {a:g} ms | {100 * s['timed']:.1f}% | {100 * s['gain_kept']:.2f}% | "
                   f"{s['switches_lost']} of {s['switches']} | {s['largest_lost_us']:.0f} |")  # fmt: skip
