@@ -2,6 +2,7 @@
 records (CPU).
 
     python benchmarks/verify_skip.py [--model models/h200-cudnn91900] [--factors 1.5,2,3] [--always-ms 0.05,0.1,0.2,inf]
+    python benchmarks/verify_skip.py --layers data/layers/*.csv
 
 Verify mode times the model's top ``--verify`` candidates and PyTorch's default on every new problem (about 0.1 s
 of the cold first pass each, on the H200). For every held-out problem of the model's records, decided as if
@@ -13,12 +14,17 @@ problems, where a gain the model does not see can be large), is scored by the sh
 share of the found device time per call it keeps and the switches it loses. Problems the executor never times
 (a default predicted under ``least gain / VERIFY_SKIP_FACTOR``) are left out. The executor's rule is factor
 ``VERIFY_SKIP_FACTOR`` with ``VERIFY_ALWAYS_TIME_MS``.
+
+With ``--layers``, for the distinct convolutions of each layers file (``algosel layers``) in float32 NCHW and float16
+NHWC, all three directions: how many problems the records lack, how many verify mode timed before the filter, and
+how many it times with it (what its cold first pass measures).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 import torch
 from standins import Unrecorded
@@ -51,6 +57,38 @@ def shortlist_rows(sel, problems, verify: int, min_gain_us: float) -> list[dict]
     return rows
 
 
+def layers_table(sel, paths, verify: int) -> str:
+    """Markdown: per layers file and (dtype, layout), the problems verify mode times with and without the filter."""
+    from algosel.measure.layers import load_layers
+    from algosel.problem import ConvProblem
+    from algosel.runtime import executor as ex_mod
+
+    ex = ex_mod.Executor(selector=sel, cache=False, native=False, live=False, verify=verify)
+    fields = ("n", "c", "k", "h", "w", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h", "dilation_w",
+              "groups")  # fmt: skip
+    lines = ["| layers | dtype, layout | problems the records lack | timed before the filter | timed with it |",
+             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for path in paths:
+        shapes = load_layers(path).drop_duplicates(subset=list(fields))
+        for dtype, layout in (("float32", "nchw"), ("float16", "nhwc")):
+            new = before = after = 0
+            for row in shapes.itertuples():
+                problem = ConvProblem(**{f: int(getattr(row, f)) for f in fields}, dtype=dtype, layout=layout)
+                for q in problem.directions():
+                    if sel.is_recorded(q):
+                        continue
+                    new += 1
+                    ids = [
+                        c.candidate_id for c in ex._choices(q, False, verify + 1) if c.candidate_id != "pytorch:default"
+                    ]
+                    if ex._too_short_to_pay(q) or not ids:
+                        continue
+                    before += 1
+                    after += not ex._predicted_gain_too_small(q, ids[:verify])
+            lines.append(f"| {Path(path).stem} | {dtype}, {layout} | {new} | {before} | {after} |")
+    return "\n".join(lines)
+
+
 def score(rows: list[dict], factor: float, always_ms: float, min_gain_us: float) -> dict:
     def timed(r):
         return r["predicted_gain_us"] * factor >= min_gain_us or r["predicted_default_ms"] >= always_ms
@@ -74,6 +112,7 @@ def main() -> None:
     p.add_argument("--always-ms", default="0.05,0.1,0.2,inf")
     p.add_argument("--verify", type=int, default=3)
     p.add_argument("--min-gain-us", type=float, default=20.0)
+    p.add_argument("--layers", nargs="+", default=None, help="layers files: what verify mode times on them")
     args = p.parse_args()
     try:
         sel = Selector.load(args.model) if args.model else load_default()
@@ -82,6 +121,12 @@ def main() -> None:
     except (OSError, ValueError) as exc:  # SelectorError is a ValueError: one line, not a traceback
         p.error(str(exc))
     torch.set_num_threads(1)
+    if args.layers:
+        try:
+            print(layers_table(sel, args.layers, args.verify))
+        except (OSError, ValueError) as exc:
+            p.error(str(exc))
+        return
     rows = shortlist_rows(sel, held_out_problems(sel), args.verify, args.min_gain_us)
     print(f"{len(rows)} held-out problems verify mode times today (top {args.verify}, least gain "
           f"{args.min_gain_us:g} us)")  # fmt: skip

@@ -152,3 +152,23 @@ def test_verify_skip_scores_a_filter_by_what_it_times_and_what_it_loses(monkeypa
     assert s["timed"] == 0.5 and s["gain_kept"] == pytest.approx(100 / 125)
     assert (s["switches_lost"], s["switches"], s["largest_lost_us"]) == (1, 3, 25.0)
     assert verify_skip.score(rows, 2.0, math.inf, 20.0)["timed"] == 0.25  # without the long-default rule: a only
+
+
+def test_verify_skip_counts_what_verify_mode_times_on_a_layers_file(tmp_path):
+    layers = tmp_path / "net.csv"
+    layers.write_text(
+        "network,layer,n,c,k,h,w,r,s,pad_h,pad_w,stride_h,stride_w,dilation_h,dilation_w,groups,size\n"
+        "net,a,8,24,40,17,17,3,3,1,1,1,1,1,1,1,17x17\n"
+        "net,b,8,24,40,17,17,3,3,1,1,1,1,1,1,1,17x17\n"  # the same shape again: counted once
+    )
+    cmd = [sys.executable, str(REPO / "benchmarks" / "verify_skip.py"), "--layers", str(layers)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in res.stdout.splitlines() if line.startswith("| net |")]
+    assert [r[1].strip() for r in rows] == ["float32, nchw", "float16, nhwc"]
+    for r in rows:
+        new, before, after = (int(x) for x in r[2:])
+        assert new == 3 and 0 <= after <= before <= new  # three directions of one unrecorded shape
+    bad = subprocess.run([*cmd[:2], "--layers", str(tmp_path / "missing.csv")], capture_output=True, text=True,
+                         timeout=300, check=False)  # fmt: skip
+    assert bad.returncode == 2 and "missing.csv" in bad.stderr and "Traceback" not in bad.stderr
