@@ -7,7 +7,7 @@ holds
 - ``manifest.json``: feature schema version, hyperparameters, data fingerprint, the environment the records came
   from, cross-validation and test scores, library versions, and the engine configs blocked for wrong results;
 - ``catalogue.parquet``: for every recorded problem, its candidates (ids, heuristic ranks, notes, workspace, status,
-  median time): :class:`~algosel.records.catalogue.Catalogue`;
+  median time, host time per call): :class:`~algosel.records.catalogue.Catalogue`;
 - whatever reports were saved with it (``algosel train`` adds ``tuning.csv``, ``test_report.csv``, ``README.md``).
 
 A directory is written as a whole (:func:`algosel.files.atomic_directory`: filled under a temporary name, then

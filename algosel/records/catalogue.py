@@ -1,7 +1,8 @@
 """The catalogue: the recorded candidates of every problem of one environment, queried by problem.
 
 A selector ships with the catalogue of its training records (``catalogue.parquet``): for a recorded problem it
-gives the candidate list cuDNN offered (with heuristic ranks, notes, workspace, status and median time); for a
+gives the candidate list cuDNN offered (with heuristic ranks, notes, workspace, status, median time and host time
+per call); for a
 problem never recorded, the list of the *nearest* recorded problem of the same kind (direction, dtype, layout,
 fully-connected / pointwise / depthwise), nearest in log2 of the shape fields. How near that problem is
 (:meth:`Catalogue.distance`) says how far a model's predictions for the problem stretch beyond its records.
