@@ -172,3 +172,12 @@ def test_verify_skip_counts_what_verify_mode_times_on_a_layers_file(tmp_path):
     bad = subprocess.run([*cmd[:2], "--layers", str(tmp_path / "missing.csv")], capture_output=True, text=True,
                          timeout=300, check=False)  # fmt: skip
     assert bad.returncode == 2 and "missing.csv" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_host_cost_records_scores_the_nearest_problems_host_times_on_held_out_problems():
+    cmd = [sys.executable, str(REPO / "benchmarks" / "host_cost_records.py"), "--transfer"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "candidates of held-out problems" in res.stdout and "from the nearest training problem" in res.stdout
+    bad = subprocess.run([*cmd, "--model", "/nonexistent"], capture_output=True, text=True, timeout=600, check=False)
+    assert bad.returncode == 2 and "/nonexistent" in bad.stderr and "Traceback" not in bad.stderr
