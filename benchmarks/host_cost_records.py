@@ -57,6 +57,8 @@ def transfer(sel) -> dict:
     import numpy as np
     from switch_rule import held_out_problems, training_catalogue
 
+    from algosel.runtime.executor import host_extra_us
+
     train = training_catalogue(sel)
     rows = host_extra(train.frame)
     rows = rows.assign(engine=rows["space"] + ":" + rows["engine_id"].astype(str))
@@ -76,11 +78,13 @@ def transfer(sel) -> dict:
             engine = engine_median.get(f"{r['space']}:{r['engine_id']}", np.nan)
             if np.isnan(true) or np.isnan(near) or np.isnan(engine):
                 continue
-            near_err.append(abs(max(near, 0.0) - max(true, 0.0)))
-            engine_err.append(abs(max(engine, 0.0) - max(true, 0.0)))
+            charged = host_extra_us(borrowed, c)  # what the executor charges
+            own_extra = max(true, 0.0)
+            near_err.append(abs(charged - own_extra))
+            engine_err.append(abs(max(engine, 0.0) - own_extra))
             if true > 20:
                 large += 1
-                near_hit += near > 10
+                near_hit += charged > 10
                 engine_hit += engine > 10
     return {"candidates": len(near_err), "nearest_median_abs_err_us": float(np.median(near_err)),
             "engine_median_abs_err_us": float(np.median(engine_err)), "taking_20us_more": large,

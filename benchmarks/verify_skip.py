@@ -40,11 +40,8 @@ def shortlist_rows(sel, problems, verify: int, min_gain_us: float) -> list[dict]
     rows = []
     for p in problems:
         default_ms = sel.catalogue.time_ms(p.key, "pytorch:default")
-        if default_ms is None or ex._too_short_to_pay(p):
-            continue
-        ids = [c.candidate_id for c in ex._choices(p, False, verify + 1) if c.candidate_id != "pytorch:default"]
-        ids = ids[:verify]
-        if not ids:
+        ids, _ = ex.shortlist_to_time(p, gain_filter=False)
+        if default_ms is None or not ids:
             continue
         predicted = sel.predicted_time_ms(p, [*ids, "pytorch:default"])  # what the executor's filter reads
         recorded = {c: sel.catalogue.time_ms(p.key, c) for c in ids}
@@ -59,32 +56,25 @@ def shortlist_rows(sel, problems, verify: int, min_gain_us: float) -> list[dict]
 
 def layers_table(sel, paths, verify: int) -> str:
     """Markdown: per layers file and (dtype, layout), the problems verify mode times with and without the filter."""
-    from algosel.measure.layers import load_layers
-    from algosel.problem import ConvProblem
+    from algosel.measure.layers import layers_problems, load_layers
     from algosel.runtime import executor as ex_mod
 
     ex = ex_mod.Executor(selector=sel, cache=False, native=False, live=False, verify=verify)
-    fields = ("n", "c", "k", "h", "w", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h", "dilation_w",
-              "groups")  # fmt: skip
     lines = ["| layers | dtype, layout | problems the records lack | timed before the filter | timed with it |",
              "| --- | --- | --- | --- | --- |"]  # fmt: skip
     for path in paths:
-        shapes = load_layers(path).drop_duplicates(subset=list(fields))
+        frame = load_layers(path)
         for dtype, layout in (("float32", "nchw"), ("float16", "nhwc")):
             new = before = after = 0
-            for row in shapes.itertuples():
-                problem = ConvProblem(**{f: int(getattr(row, f)) for f in fields}, dtype=dtype, layout=layout)
+            for problem in layers_problems(frame, dtype, layout):
                 for q in problem.directions():
                     if sel.is_recorded(q):
                         continue
                     new += 1
-                    ids = [
-                        c.candidate_id for c in ex._choices(q, False, verify + 1) if c.candidate_id != "pytorch:default"
-                    ]
-                    if ex._too_short_to_pay(q) or not ids:
-                        continue
-                    before += 1
-                    after += not ex._predicted_gain_too_small(q, ids[:verify])
+                    ids, _ = ex.shortlist_to_time(q, gain_filter=False)
+                    if ids:
+                        before += 1
+                        after += not ex._predicted_gain_too_small(q, ids)
             lines.append(f"| {Path(path).stem} | {dtype}, {layout} | {new} | {before} | {after} |")
     return "\n".join(lines)
 

@@ -397,8 +397,7 @@ class Executor:
                 times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows
                          if r.get("status") == "ok" and _finite(r.get("time_ms_median"))
                          and self._allowed(problem, r)}  # fmt: skip
-                host_fn = getattr(sel, "host_us", None)
-                host_us = host_fn(problem, list(times)) if host_fn is not None else {}
+                host_us = self._recorded_host_us(problem, list(times))
                 cid = fastest(times, host_us)
                 host_us = {c: host_us[c] for c in (cid, "pytorch:default") if c in host_us}
             else:
@@ -408,7 +407,7 @@ class Executor:
                     t = sel.catalogue.time_ms(problem.key, c)
                     if t is not None:
                         times[c] = t
-                host_us = self._recorded_host_us(problem, cid)
+                host_us = self._recorded_host_us(problem, [cid, "pytorch:default"])
             return self._judge(problem, cid, times, default_ms, "records", MIN_MEASURED_RATIO, host_us)
         live = device.type == "cuda" and self._live_ok()
         if self.verify and device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
@@ -424,7 +423,8 @@ class Executor:
         times = predicted(problem, list(dict.fromkeys([*ids, "pytorch:default"])))
         best = min(ids, key=lambda c: times.get(c, math.inf))
         return self._judge(problem, best, times, times.get("pytorch:default"), "predicted",
-                           self.min_predicted_ratio(problem), self._recorded_host_us(problem, best))  # fmt: skip
+                           self.min_predicted_ratio(problem),
+                           self._recorded_host_us(problem, [best, "pytorch:default"]))  # fmt: skip
 
     def min_predicted_ratio(self, problem: ConvProblem) -> float:
         """How much faster than PyTorch's default the model must predict a candidate of ``problem`` to switch: more
@@ -453,7 +453,7 @@ class Executor:
         else:
             return hit
         ratio = self.min_predicted_ratio(problem) if hit.source == "predicted" else MIN_MEASURED_RATIO
-        host_us = hit.host_us if hit.source == "measured" else self._recorded_host_us(problem, cid)
+        host_us = hit.host_us if hit.source == "measured" else self._recorded_host_us(problem, [cid, "pytorch:default"])
         return self._judge(problem, cid, times, default_ms, hit.source, ratio, host_us)
 
     def _allowed(self, problem: ConvProblem, row: dict[str, Any]) -> bool:
@@ -494,11 +494,13 @@ class Executor:
             return Decision(problem.key, "pytorch:default", source, BELOW_THRESHOLD, times, host_us)
         return Decision(problem.key, cid, source, "", times, host_us)
 
-    def _recorded_host_us(self, problem: ConvProblem, cid: str) -> dict[str, float]:
-        """The records' host time per call of ``cid`` and PyTorch's default on ``problem`` (or its nearest recorded
-        problem); empty for a selector without them."""
+    def _recorded_host_us(self, problem: ConvProblem, candidate_ids: list[str]) -> dict[str, float]:
+        """The records' host time per call of ``candidate_ids`` on ``problem`` (or its nearest recorded problem);
+        empty for a selector without them, or where nothing but PyTorch's default is asked."""
         host_us = getattr(self.selector, "host_us", None)
-        return {} if host_us is None or cid == "pytorch:default" else host_us(problem, [cid, "pytorch:default"])
+        if host_us is None or all(c == "pytorch:default" for c in candidate_ids):
+            return {}
+        return host_us(problem, candidate_ids)
 
     def overhead_us(self, problem: ConvProblem, candidate_id: str) -> float:
         """Host time per call that leaving PyTorch's path for ``candidate_id`` costs: nothing measurable for a GEMM
@@ -513,14 +515,9 @@ class Executor:
         import time  # noqa: PLC0415
 
         t0 = time.perf_counter()
-        if self._too_short_to_pay(problem):
-            return Decision(problem.key, "pytorch:default", "model", TOO_SHORT_TO_PAY)
-        choices = self._choices(problem, False, self.verify + 1)
-        ids = [c.candidate_id for c in choices if c.candidate_id != "pytorch:default"][: self.verify]
-        if not ids:
-            return Decision(problem.key, "pytorch:default", "model", "predicted best")
-        if self._predicted_gain_too_small(problem, ids):
-            return Decision(problem.key, "pytorch:default", "model", PREDICTED_GAIN_TOO_SMALL)
+        ids, why = self.shortlist_to_time(problem)
+        if why:
+            return Decision(problem.key, "pytorch:default", "model", why)
         pairs = []
         for cid in ["pytorch:default", *ids]:
             space_name, name = split_candidate_id(cid)
@@ -535,6 +532,19 @@ class Executor:
         default_ms = times.get("pytorch:default")
         return self._judge(problem, fastest(times, host_us), times, default_ms, "measured", MIN_MEASURED_RATIO,
                            host_us)  # fmt: skip
+
+    def shortlist_to_time(self, problem: ConvProblem, gain_filter: bool = True) -> tuple[list[str], str]:
+        """The candidates verify mode times on a new ``problem`` besides PyTorch's default, or none and why not
+        (``gain_filter=False``: without the predicted-gain filter, as before it)."""
+        if self._too_short_to_pay(problem):
+            return [], TOO_SHORT_TO_PAY
+        choices = self._choices(problem, False, self.verify + 1)
+        ids = [c.candidate_id for c in choices if c.candidate_id != "pytorch:default"][: self.verify]
+        if not ids:
+            return [], "predicted best"
+        if gain_filter and self._predicted_gain_too_small(problem, ids):
+            return [], PREDICTED_GAIN_TOO_SMALL
+        return ids, ""
 
     def _predicted_times(self):
         """The model's predicted-times function (``Selector.predicted_time_ms``), or None: a model without a time
