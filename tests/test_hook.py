@@ -182,6 +182,41 @@ def test_verify_mode_does_not_time_a_problem_whose_predicted_gain_is_too_small(s
         assert (decision.candidate_id, decision.reason) == ("pytorch:default", executor_mod.PREDICTED_GAIN_TOO_SMALL)
 
 
+@pytest.mark.parametrize(("default_us", "others_us", "queried", "switched"), [
+    (50.0, 41.0, False, False),  # 9 us predicted to be saved: under 20 us / 2, decided from the nearest list
+    (50.0, 39.0, True, False),  # 11 us: worth ranking cuDNN's own list of the problem (under the least gain)
+    (100.0, 100.0, True, False),  # a default predicted to take 0.1 ms is always looked at closer
+    (500.0, 100.0, True, True),  # a predicted switch
+])  # fmt: skip
+def test_prediction_mode_queries_cudnns_live_list_only_where_a_gain_is_predicted(shipped, default_us, others_us,
+                                                                                 queried, switched):  # fmt: skip
+    """Querying cuDNN's lists costs ~50 ms a problem on the H200: prediction mode decides from the nearest recorded
+    problem's list, and ranks the live list (its decision then) only where that predicts a gain worth a look."""
+    ex = hook.Executor(selector=DefaultTakes(shipped, default_us, others_us), live=True, cache=False)
+    problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
+    asked = []
+
+    def live_choices(p, k):  # the live list's top: the nearest list's last candidates
+        asked.append((p, k))
+        return [c for c in shipped.choose(p, top_k=200) if c.candidate_id != "pytorch:default"][-k:]
+
+    ex._live_choices = live_choices
+    decision = ex._decide(problem, torch.device("cuda"))  # a device object: nothing here runs on a GPU
+    assert asked == ([(problem, executor_mod.PREDICT_TOP_K)] if queried else [])
+    assert decision.source == "predicted"
+    assert decision.passes_through != switched
+    if switched:  # the live list's first (every candidate but the default is predicted to take the same)
+        assert decision.candidate_id == live_choices(problem, executor_mod.PREDICT_TOP_K)[0].candidate_id
+    assert executor_mod.worth_a_closer_look(decision.times_ms, ex.min_gain_us) == queried
+
+
+def test_without_a_time_model_prediction_mode_queries_no_live_list(shipped):
+    ex = hook.Executor(selector=WithoutTimeModel(shipped), live=True, cache=False)
+    ex._live_choices = lambda p, k: pytest.fail("queried cuDNN's live list")
+    decision = ex._decide(ConvProblem(n=3, c=5, k=7, h=9, w=9, r=3, s=3), torch.device("cuda"))
+    assert decision.passes_through
+
+
 def test_without_a_time_model_verify_mode_times_every_problem(shipped):
     ex = hook.Executor(selector=WithoutTimeModel(shipped), live=False, verify=3, cache=False)
     assert not ex._too_short_to_pay(ConvProblem(n=1, c=8, k=8, h=4, w=4, r=1, s=1))

@@ -204,6 +204,19 @@ def fastest(times: dict[str, float], host_us: dict[str, float]) -> str:
     return min(times, key=lambda c: times[c] + host_extra_us(host_us, c) / 1e3)
 
 
+def worth_a_closer_look(times_ms: dict[str, float], min_gain_us: float) -> bool:
+    """Whether the predicted times ``times_ms`` of a shortlist and PyTorch's default leave a gain to look for: the
+    best of the others predicted to save at least ``min_gain_us`` / ``VERIFY_SKIP_FACTOR`` a call, or the default
+    predicted to take at least ``VERIFY_ALWAYS_TIME_MS`` (there a gain the model does not see can be large), or
+    either time unknown. Where not, neither timing the shortlist (verify mode) nor querying cuDNN's live list
+    (prediction mode) is worth its cost."""
+    default_ms = times_ms.get("pytorch:default")
+    best_ms = min((t for c, t in times_ms.items() if c != "pytorch:default" and _finite(t)), default=None)
+    if default_ms is None or best_ms is None or default_ms >= VERIFY_ALWAYS_TIME_MS:
+        return True
+    return 1e3 * (default_ms - best_ms) * VERIFY_SKIP_FACTOR >= min_gain_us
+
+
 def _one_matrix_product(problem: ConvProblem) -> bool:
     """Whether the forward lowering is a single GEMM on views (so autograd's backward is the lowering of both
     gradients), in the math mode the records measured: TF32 for ``float32``, which in autograd's backward follows
@@ -414,8 +427,19 @@ class Executor:
             # The nearest recorded problem's list, each config built by name: a few ms, where querying cuDNN's
             # three lists live costs up to ~180 ms a problem (H200, benchmarks/runtime_costs.py).
             return self._measure(problem)
-        # The model's shortlist, judged by its predicted times (the calibrated gain estimate), where it has them.
-        ids = [c.candidate_id for c in self._choices(problem, live, PREDICT_TOP_K)]
+        # The model's shortlist from the nearest recorded problem's list, judged by its predicted times (the
+        # calibrated gain estimate), where it has them. Only where these predict a gain worth a closer look is
+        # cuDNN's live list of the problem ranked instead (where it can be queried): the query costs ~50 ms a
+        # problem, which was 6.8 s of prediction mode's 7.3 s first pass of EfficientNet-B0 autocast (H200,
+        # 2026-12-01), and it is paid again at every new input size of a network whose input varies.
+        decision = self._predicted(problem, self._choices(problem, False, PREDICT_TOP_K))
+        if live and decision.times_ms and worth_a_closer_look(decision.times_ms, self.min_gain_us):
+            decision = self._predicted(problem, self._choices(problem, True, PREDICT_TOP_K))
+        return decision
+
+    def _predicted(self, problem: ConvProblem, choices) -> Decision:
+        """The decision of the model's shortlist ``choices`` for an unrecorded problem, by their predicted times."""
+        ids = [c.candidate_id for c in choices]
         predicted = self._predicted_times()
         if predicted is None:
             why = "predicted best" if ids[0] == "pytorch:default" else "no gain estimate for an unrecorded problem"
@@ -466,6 +490,10 @@ class Executor:
         the nearest recorded problem's list."""
         if not live:
             return self.selector.choose(problem, self.max_workspace_bytes, top_k=k, live=False)
+        return self._live_choices(problem, k)
+
+    def _live_choices(self, problem: ConvProblem, k: int):
+        """The model's top ``k`` of cuDNN's live list for ``problem`` (with the offline candidates)."""
         space = get_space("cudnn")
         try:
             cands = space.enumerate(problem)
@@ -568,12 +596,7 @@ class Executor:
         predicted = self._predicted_times()
         if predicted is None:
             return False
-        times = predicted(problem, [*ids, "pytorch:default"])
-        default_ms = times.get("pytorch:default")
-        best_ms = min((times[c] for c in ids if c in times), default=None)
-        if default_ms is None or best_ms is None or default_ms >= VERIFY_ALWAYS_TIME_MS:
-            return False
-        return 1e3 * (default_ms - best_ms) * VERIFY_SKIP_FACTOR < self.min_gain_us
+        return not worth_a_closer_look(predicted(problem, [*ids, "pytorch:default"]), self.min_gain_us)
 
     def _verifier(self):
         if self._sweeper is None:
