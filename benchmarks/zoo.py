@@ -20,6 +20,8 @@ benchmark flag, so benchmark mode needs its own), and appends one JSON line per 
   first step of verify mode with an empty persistent cache (cold: it measures every new problem), after the
   default's own first step (PyTorch's plans are then warm). The hook is switched on around every step, as a user
   writes it.
+- ``cold``: the first passes of the paired job alone (default, verify cold, prediction, benchmark mode's tuning in
+  autocast), without its steady-state rotation.
 - ``benchmark``: ``cudnn.benchmark = True``: its first step (tuning) and its steady step time.
 - ``warm``: verify mode's first step in a new process with the persistent cache the paired job filled, against
   PyTorch's default's first step there.
@@ -245,6 +247,39 @@ def _kernel_ms(step, ctx, n_inputs: int) -> float:
     return total_us / 1e3 / n_inputs
 
 
+def _first_passes(step, ctx: dict, n: int, sync, out: dict) -> None:
+    """The first pass of each mode, in this order: PyTorch's default (its plans are warm after it), verify mode with
+    an empty persistent cache (cold: it measures the new problems worth it), prediction mode, and benchmark mode's
+    tuning where it runs in this process."""
+    out["default_first_pass_s"] = _wall_s(step, ctx["default"], n, sync)
+    t0 = time.perf_counter()
+    out["verify_cold_first_pass_s"] = _wall_s(step, ctx["verify"], n, sync)
+    with ctx["verify"]() as ex:  # the executor of the verify mode's configuration (its own cache folder)
+        out["verify_planning_s"] = ex.planning_s
+        out["verify_measured_problems"] = ex.measured_problems
+    out["verify_cold_total_s"] = time.perf_counter() - t0
+    out["predict_first_pass_s"] = _wall_s(step, ctx["predict"], n, sync)
+    if TUNED in ctx:  # its tuning: every shape is new to its plan keys
+        out["tuned_first_pass_s"] = _wall_s(step, ctx[TUNED], n, sync)
+
+
+def job_cold(name: str, dtype: str, device: str = "cuda") -> dict:
+    """The first passes alone (as the paired job measures them, without its steady-state rotation)."""
+    import torch
+
+    from algosel.runtime import hook
+
+    step, n = _build(name, dtype, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    modes = ("default", "verify", "predict", *((TUNED,) if dtype == "amp" else ()))
+    ctx = {m: _mode(m, hook) for m in modes}
+    out: dict = {"net": name, "dtype": dtype, "job": "cold", "batch": NETS[name][0], "inputs": n}
+    if MODEL:
+        out["model"] = MODEL
+    _first_passes(step, ctx, n, sync, out)
+    return out
+
+
 def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, slot_steps: int = 3) -> dict:
     import torch
 
@@ -258,16 +293,7 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
     out: dict = {"net": name, "dtype": dtype, "job": "paired", "batch": NETS[name][0], "inputs": n}
     if MODEL:
         out["model"] = MODEL
-    out["default_first_pass_s"] = _wall_s(step, ctx["default"], n, sync)
-    t0 = time.perf_counter()
-    out["verify_cold_first_pass_s"] = _wall_s(step, ctx["verify"], n, sync)
-    with ctx["verify"]() as ex:  # the executor of the verify mode's configuration (its own cache folder)
-        out["verify_planning_s"] = ex.planning_s
-        out["verify_measured_problems"] = ex.measured_problems
-    out["verify_cold_total_s"] = time.perf_counter() - t0
-    out["predict_first_pass_s"] = _wall_s(step, ctx["predict"], n, sync)
-    if TUNED in ctx:  # its tuning: every shape is new to its plan keys
-        out["tuned_first_pass_s"] = _wall_s(step, ctx[TUNED], n, sync)
+    _first_passes(step, ctx, n, sync, out)
     for m in modes:
         _run_steps(step, ctx[m], 2)
     # Slots of a few steps (a pass over the inputs for the FPN) in rotation D P V N N V P D ..., each timed to its
@@ -337,7 +363,7 @@ def job_warm(name: str, dtype: str, device: str = "cuda") -> dict:
     return out
 
 
-JOBS = {"paired": job_paired, "benchmark": job_benchmark, "warm": job_warm}
+JOBS = {"paired": job_paired, "cold": job_cold, "benchmark": job_benchmark, "warm": job_warm}
 
 
 # ----------------------------------------------------------------------------------------------- driving
@@ -463,9 +489,11 @@ def summarize(path: Path) -> str:
             "control ms (x default, ...) | benchmark mode, paired (x default, ...) | verify / benchmark mode, paired | "
             "benchmark ms (own process) | verify / benchmark | host ms D/P/V/C/T/B | "
             "kernel ms D/P/V/C/T/B | verify cold 1st pass s | benchmark 1st pass s | cold / tuning | "
-            "verify warm 1st pass s | benchmark mode 1st pass s, paired |")  # fmt: skip
+            "verify warm 1st pass s | benchmark mode 1st pass s, paired | cold / tuning, paired | "
+            "1st pass s D/P |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     ratios: dict[str, list[float]] = {m: [] for m in (*MODES[1:], TUNED)}
+    cold_ratios: list[float] = []
     for (net, dtype), r in sorted(by.items()):
 
         def f(k, d=2, r=r):
@@ -494,8 +522,14 @@ def summarize(path: Path) -> str:
             f"{f('benchmark_step_ms')} | "
             f"{ratio('verify_step_ms', 'benchmark_step_ms')} | {hosts} | {kernels} | {f('verify_cold_first_pass_s')} | "
             f"{f('benchmark_first_pass_s')} | {ratio('verify_cold_first_pass_s', 'benchmark_first_pass_s')} | "
-            f"{f('verify_warm_first_pass_s')} | {f('tuned_first_pass_s')} |"
+            f"{f('verify_warm_first_pass_s')} | {f('tuned_first_pass_s')} | "
+            f"{ratio('verify_cold_first_pass_s', 'tuned_first_pass_s')} | "
+            f"{f('default_first_pass_s')}/{f('predict_first_pass_s')} |"
         )
+        for tuning in ("tuned_first_pass_s", "benchmark_first_pass_s"):  # paired where both ran
+            if r.get("verify_cold_first_pass_s") and r.get(tuning):
+                cold_ratios.append(r["verify_cold_first_pass_s"] / r[tuning])
+                break
     errors = [r for r in rows if "error" in r]
 
     def gm(v):
@@ -507,6 +541,10 @@ def summarize(path: Path) -> str:
                  f"{gm(ratios['native']):.3f}; {len(errors)} job(s) failed")  # fmt: skip
     if ratios[TUNED]:
         lines.append(f"benchmark mode paired (autocast), over {len(ratios[TUNED])}: {gm(ratios[TUNED]):.3f}")
+    if cold_ratios:
+        lines.append(f"verify mode's cold first pass / benchmark mode's tuning (paired where both ran in one "
+                     f"process), over {len(cold_ratios)}: geomean {gm(cold_ratios):.3f}, "
+                     f"largest {max(cold_ratios):.3f}")  # fmt: skip
     for r in errors:
         lines.append(f"  failed: {r['job']} {r['net']} {r['dtype']}: {r['error'][-300:]}")
     return "\n".join(lines)

@@ -57,6 +57,25 @@ def test_repeated_processes_are_pooled_in_the_table(tmp_path):
     assert "| mynet (x2 processes) | float32 |" in res.stdout
 
 
+def test_the_cold_job_writes_the_first_passes_and_their_ratio_to_tuning(tmp_path):
+    out = tmp_path / "zoo.jsonl"
+    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "mynet", "--jobs", "cold", "--device",
+           "cpu", "--out", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = {r["dtype"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert sorted(rows) == ["amp", "float32"]
+    for dtype, r in rows.items():
+        assert "error" not in r and r["job"] == "cold"
+        for k in ("default_first_pass_s", "verify_cold_first_pass_s", "predict_first_pass_s"):
+            assert r[k] > 0, k
+        assert ("tuned_first_pass_s" in r) == (dtype == "amp")  # benchmark mode's tuning in the same process
+        assert "predict_step_ms" not in r  # no steady-state rotation
+    ratio = rows["amp"]["verify_cold_first_pass_s"] / rows["amp"]["tuned_first_pass_s"]
+    assert f"over 1: geomean {ratio:.3f}, largest {ratio:.3f}" in res.stdout
+
+
 def test_an_unknown_dtype_is_one_line_naming_it(tmp_path):
     zoo = str(REPO / "benchmarks" / "zoo.py")
     cmd = [sys.executable, zoo, "--dtypes", "float32,bf16", "--out", str(tmp_path / "z")]
@@ -115,11 +134,12 @@ def test_step_profile_prints_its_tables_and_writes_them(tmp_path):
     out = tmp_path / "profile.json"
     env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
     cmd = [sys.executable, str(REPO / "benchmarks" / "step_profile.py"), "--net", "mynet", "--dtype", "float32",
-           "--rounds", "2", "--most", "4", "--out", str(out)]  # fmt: skip
+           "--rounds", "2", "--most", "12", "--out", str(out)]  # fmt: skip
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["P_vs_D"] > 0 and result["N_vs_D"] > 0 and sum(result["P_stats"].values()) > 0
-    assert len(result["host_ops"]) == 4 and result["kernels"] == []  # no GPU here: no kernels
+    assert 4 <= len(result["host_ops"]) <= 12 and result["kernels"] == []  # no GPU here: no kernels
+    # the convolutions rank among the most costly ops of a CPU step (12: the order of the others varies with load)
     assert any("convolution" in row[0] for row in result["host_ops"])
     assert "--- host ops, self time per step" in res.stdout
