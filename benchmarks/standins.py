@@ -33,6 +33,38 @@ class Unrecorded:
         return {} if key is None else catalogue.host_us(key, candidate_ids)
 
 
+class NearestListed(Unrecorded):
+    """... whose offline candidates are the ``reference`` catalogue's nearest recorded problem's list, as the
+    runtime's are for a problem its records lack (:meth:`choose`, ``live=False``); :meth:`own_choices` ranks the
+    problem's own recorded list instead, standing in for cuDNN's live list of the problem (``queried`` counts
+    them). Predicted times are those of the list ranked last for the problem, as the runtime's are."""
+
+    def __init__(self, sel, reference=None):
+        super().__init__(sel, reference)
+        self._lists: dict = {}
+        self.queried = 0
+
+    def choose(self, problem, max_workspace_bytes=None, deterministic=False, top_k=1, live=False):
+        from algosel.learn.selector import offline_rows
+
+        catalogue = self._reference or self._sel.catalogue
+        key = catalogue.nearest(problem)
+        listed = [] if key is None else [dict(r, workspace_bytes=-1) for r in catalogue.rows(key)
+                                         if r["space"] in self._sel._listed]  # fmt: skip
+        return self._ranked(problem, listed + offline_rows(problem, self._sel.spaces), max_workspace_bytes, top_k)
+
+    def own_choices(self, problem, k, max_workspace_bytes=None):
+        self.queried += 1
+        return self._ranked(problem, self._sel.candidates_for(problem)[0], max_workspace_bytes, k)
+
+    def _ranked(self, problem, rows, max_workspace_bytes, k):
+        self._lists[problem] = rows
+        return self._sel.rank_rows(problem, rows, max_workspace_bytes)[:k]
+
+    def predicted_time_ms(self, problem, candidate_ids):
+        return self._sel.predicted_time_ms(problem, candidate_ids, rows=self._lists[problem])
+
+
 class Predicting(Unrecorded):
     """... with stand-in predicted times: the candidates of space ``faster`` (e.g. ``"cudnn"``) ten times faster
     than PyTorch's default, everything else as fast as it (``faster=None``: nothing pays for leaving PyTorch's path,

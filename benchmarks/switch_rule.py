@@ -4,6 +4,7 @@
     python benchmarks/switch_rule.py --margins 1.5 --min-gains-us 2,10,20,30,50
     python benchmarks/switch_rule.py --margins 1.5 --min-gains-us 20 --far-margins 1.5,2,2.5,3,4,inf
     python benchmarks/switch_rule.py --records data/sweeps/h200-mynet --margins 1.5 --far-margins 1.5,3
+    python benchmarks/switch_rule.py --margins 1.5 --nearest-first
 
 For every held-out problem of the model's records (the shapes its ranker and time model never trained on), the
 executor decides as it would for a problem it has no record of: the model's top 3 from the problem's candidate
@@ -18,6 +19,11 @@ Prints, per margin: the share of problems switched, the geomean and the total of
 default) over all problems, the share made slower than the default by more than 1% and 5%, and the geomean of the
 switched problems alone. The margin the runtime ships is the one where the total time gains most without making
 problems slower (the docs quote this table).
+
+With ``--nearest-first``, each rule is also scored with the lists the runtime ranks now: the nearest training
+problem's list, and the problem's own (standing in for cuDNN's live list, whose query costs ~50 ms a problem) only
+where that predicts a gain worth a look (``executor.worth_a_closer_look``); "own lists ranked" is the share of
+problems that needed it.
 
 With ``--records DIR``, the problems are those of a dataset the model did not train on (e.g. a sweep of one's own
 network), decided as the runtime decides problems its records lack, with distances to the model's records, and
@@ -39,7 +45,7 @@ import time
 import warnings
 
 import torch
-from standins import Unrecorded
+from standins import NearestListed, Unrecorded
 
 
 def held_out_problems(sel) -> list:
@@ -65,25 +71,32 @@ def training_catalogue(sel):
 
 
 def score(sel, problems, margin: float, min_gain_us: float, far_margin: float | None = None, reference=None,
-          scored=None) -> dict:  # fmt: skip
+          scored=None, nearest_first: bool = False) -> dict:  # fmt: skip
     """The decisions on ``problems`` scored by their records (``far_margin``: default ``MIN_PREDICTED_RATIO_FAR``;
     ``reference``: the catalogue distances are taken to, default the model's; ``scored``: the catalogue whose times
-    score them, default the model's)."""
+    score them, default the model's). Each problem's candidates are its own recorded list (cuDNN's live list, as the
+    runtime ranked it for every problem before), or with ``nearest_first`` as the runtime ranks them now: the
+    ``reference``'s nearest problem's list, and the problem's own only where that predicts a gain worth a look."""
     scored = scored or sel.catalogue
     from algosel.runtime import executor as ex_mod
 
     ex_mod.MIN_PREDICTED_RATIO = margin
     if far_margin is not None:
         ex_mod.MIN_PREDICTED_RATIO_FAR = far_margin
-    ex = ex_mod.Executor(selector=Unrecorded(sel, reference), cache=False, native=False, min_gain_us=min_gain_us,
-                         live=False)  # fmt: skip
+    stand_in = NearestListed(sel, reference) if nearest_first else Unrecorded(sel, reference)
+    ex = ex_mod.Executor(selector=stand_in, cache=False, native=False, min_gain_us=min_gain_us,
+                         live=nearest_first)  # fmt: skip
     ex.overhead_us = lambda problem, candidate_id: 0.0  # the compiled path (docs/hook.md: -1.8 to +0.9 us)
+    if nearest_first:
+        ex._live_choices = lambda problem, k: stand_in.own_choices(problem, k, ex.max_workspace_bytes)
+    # The live list is ranked only where a GPU is (a device object: nothing here runs on one).
+    device = torch.device("cuda" if nearest_first else "cpu")
     ratios, switched, picked_total, default_total, slower1, slower5 = [], [], 0.0, 0.0, 0, 0
     for p in problems:
         default_ms = scored.time_ms(p.key, "pytorch:default")
         if default_ms is None:
             continue
-        d = ex._decide(p, torch.device("cpu"))
+        d = ex._decide(p, device)
         t = scored.time_ms(p.key, d.candidate_id) if d.candidate_id != "pytorch:default" else default_ms
         if t is None:
             continue
@@ -103,7 +116,8 @@ def score(sel, problems, margin: float, min_gain_us: float, far_margin: float | 
     return {"margin": margin, "far_margin": ex_mod.MIN_PREDICTED_RATIO_FAR, "problems": n,
             "switched": len(switched) / n, "geomean_vs_default": gm(ratios),
             "total_vs_default": picked_total / default_total, "slower_1pct": slower1 / n,
-            "slower_5pct": slower5 / n, "geomean_of_switched": gm(switched)}  # fmt: skip
+            "slower_5pct": slower5 / n, "geomean_of_switched": gm(switched),
+            "own_lists_ranked": getattr(stand_in, "queried", len(problems)) / max(1, len(problems))}  # fmt: skip
 
 
 def savings_kept(sel, min_gain_us: float) -> dict:
@@ -128,7 +142,12 @@ def main() -> None:
     p.add_argument("--far-margins", default=None,
                    help="margins where a problem lies far from the records (comma-separated; inf: never switch "
                         "there; default: the runtime's)")  # fmt: skip
+    p.add_argument("--nearest-first", action="store_true",
+                   help="also score each rule with the runtime's lists: the nearest training problem's, the "
+                        "problem's own (cuDNN's live list) only where that predicts a gain worth a look")  # fmt: skip
     args = p.parse_args()
+    if args.nearest_first and args.records:
+        p.error("--nearest-first scores held-out problems (their own lists are in the records), not --records")
     from algosel.learn.models import load_default
     from algosel.learn.selector import Selector
 
@@ -149,18 +168,20 @@ def main() -> None:
         print(f"{len(problems)} held-out problems, decided as if unrecorded")
     floors = [float(v) for v in args.min_gains_us.split(",")]
     fars = [float(v) for v in args.far_margins.split(",")] if args.far_margins else [None]
-    print("| margin | far margin | min gain us | switched | geomean x default | total x default | slower > 1% | "
-          "slower > 5% | switched: geomean |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| margin | far margin | min gain us | lists | own lists ranked | switched | geomean x default | "
+          "total x default | slower > 1% | slower > 5% | switched: geomean |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for m in map(float, args.margins.split(",")):
         for far in fars:
             for floor in floors:
-                t0 = time.perf_counter()
-                r = score(sel, problems, m, floor, far, reference, scored)
-                print(f"| {m:.2f} | {r['far_margin']:g} | {floor:g} | {r['switched']:.1%} | "
-                      f"{r['geomean_vs_default']:.3f} | {r['total_vs_default']:.3f} | {r['slower_1pct']:.1%} | "
-                      f"{r['slower_5pct']:.1%} | {r['geomean_of_switched']:.3f} |  ({time.perf_counter() - t0:.0f} s)",
-                      flush=True)  # fmt: skip
+                for nearest_first in (False, True) if args.nearest_first else (False,):
+                    t0 = time.perf_counter()
+                    r = score(sel, problems, m, floor, far, reference, scored, nearest_first)
+                    lists = "nearest, own where worth a look" if nearest_first else "own"
+                    print(f"| {m:.2f} | {r['far_margin']:g} | {floor:g} | {lists} | {r['own_lists_ranked']:.1%} | "
+                          f"{r['switched']:.1%} | {r['geomean_vs_default']:.3f} | {r['total_vs_default']:.3f} | "
+                          f"{r['slower_1pct']:.1%} | {r['slower_5pct']:.1%} | {r['geomean_of_switched']:.3f} |  "
+                          f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
     if len(floors) > 1:
         print("\n| min gain us | recorded savings kept | recorded problems switched |\n| --- | --- | --- |")
         for floor in floors:

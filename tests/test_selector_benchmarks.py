@@ -104,6 +104,11 @@ def test_switch_rule_scores_far_margins_on_held_out_and_on_an_unseen_dataset(mon
     assert sel.records_distance(held[0]) == 0.0 < reference.distance(held[0])
     switched = [switch_rule.score(sel, held, 1.5, 20.0, far, reference)["switched"] for far in (1.5, 3.0, math.inf)]
     assert switched[0] >= switched[1] >= switched[2]
+    # the runtime's lists: the nearest training problem's, the held-out problem's own only where worth a look
+    own = switch_rule.score(sel, held, 1.5, 20.0, 3.0, reference)
+    nearest = switch_rule.score(sel, held, 1.5, 20.0, 3.0, reference, nearest_first=True)
+    assert own["own_lists_ranked"] == 1.0 and 0.0 < nearest["own_lists_ranked"] < 1.0
+    assert nearest["problems"] == own["problems"] and nearest["switched"] <= own["switched"] + 0.02
     mynet = Catalogue.from_records(load_records(REPO / "data" / "sweeps" / "h200-mynet")[0])
     problems = [ConvProblem.from_key(k) for k in sorted(mynet.frame["problem_key"].unique())]
     r = switch_rule.score(sel, problems, 1.5, 20.0, 3.0, None, mynet)

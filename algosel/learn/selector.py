@@ -372,8 +372,8 @@ class Selector:
             Ids of candidates in the list.
         rows : list of dict, optional
             The candidate list (e.g. cuDNN's live list, as :meth:`rank_rows` takes it). Default: the times
-            :meth:`choose` (with ``live``) or :meth:`rank_rows` predicted for the problem where they hold every id
-            asked for; else the list :meth:`choose` ranks (:meth:`candidates_for` with ``live``: offline, the
+            :meth:`rank_rows` or else :meth:`choose` (with ``live``) predicted for the problem where they hold every
+            id asked for; else the list :meth:`choose` ranks (:meth:`candidates_for` with ``live``: offline, the
             nearest recorded problem's list with GEMM lowering and PyTorch's default), or, for ids that list
             lacks, the last list :meth:`rank_rows` ranked for the problem.
         live : bool
@@ -391,7 +391,9 @@ class Selector:
                 "this model has no time model (trained before it existed); retrain with `algosel train`"
             )
         if rows is None:
-            for key in ((problem, live), (problem, RANKED)):
+            # A list rank_rows ranked (cuDNN's live one, which the runtime ranks after the offline list only where
+            # that predicts a gain worth a look) is the problem's own: its times come first.
+            for key in ((problem, RANKED), (problem, live)):
                 known = self._times.get(key, {})
                 if all(c in known for c in candidate_ids):  # all predicted already, by choose() or rank_rows()
                     return {c: known[c] for c in candidate_ids}
