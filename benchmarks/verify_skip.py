@@ -15,6 +15,10 @@ share of the found device time per call it keeps and the switches it loses. Prob
 (a default predicted under ``least gain / VERIFY_SKIP_FACTOR``) are left out. The executor's rule is factor
 ``VERIFY_SKIP_FACTOR`` with ``VERIFY_ALWAYS_TIME_MS``.
 
+Then, for the problems the filter times, the shortlist pruned to the candidates the model predicts within a ratio
+of the default's time (``VERIFY_MAX_PREDICTED_RATIO``; each candidate's plan build costs more than its timing):
+candidates timed per problem and the found device time kept.
+
 With ``--layers``, for the distinct convolutions of each layers file (``algosel layers``) in float32 NCHW and float16
 NHWC, all three directions: how many problems the records lack, how many verify mode timed before the filter, and
 how many it times with it (what its cold first pass measures).
@@ -79,6 +83,45 @@ def layers_table(sel, paths, verify: int) -> str:
     return "\n".join(lines)
 
 
+def prune_rows(sel, problems, verify: int) -> list[dict]:
+    """Per problem verify mode times with its filter: the shortlist before pruning, its predicted and recorded
+    times, and PyTorch's default's recorded time."""
+    from algosel.runtime import executor as ex_mod
+
+    ex = ex_mod.Executor(selector=Unrecorded(sel, training_catalogue(sel)), cache=False, native=False, live=False,
+                         verify=verify)  # fmt: skip
+    rows = []
+    for p in problems:
+        default_ms = sel.catalogue.time_ms(p.key, "pytorch:default")
+        ids, _ = ex.shortlist_to_time(p, prune=False)
+        if default_ms is None or not ids:
+            continue
+        rows.append({"ids": ids, "default_ms": default_ms,
+                     "predicted": sel.predicted_time_ms(p, [*ids, "pytorch:default"]),
+                     "recorded": {c: sel.catalogue.time_ms(p.key, c) for c in ids}})  # fmt: skip
+    return rows
+
+
+def prune_score(rows: list[dict], ratio: float, min_gain_us: float) -> dict:
+    """Candidates timed per problem and the device time per call timing finds (switches saving >= the least gain
+    and 3%) where the shortlist keeps only candidates predicted within ``ratio`` of the default."""
+    from algosel.runtime import executor as ex_mod
+
+    saved, ex_mod.VERIFY_MAX_PREDICTED_RATIO = ex_mod.VERIFY_MAX_PREDICTED_RATIO, ratio
+    try:
+        candidates, found, switches = 0, 0.0, 0
+        for r in rows:
+            kept = ex_mod.pruned_shortlist(r["ids"], r["predicted"])
+            candidates += len(kept)
+            best = min((r["recorded"][c] for c in kept if r["recorded"][c] is not None), default=math.inf)
+            gain_us = 1e3 * (r["default_ms"] - best) if best < r["default_ms"] / ex_mod.MIN_MEASURED_RATIO else 0.0
+            if gain_us >= min_gain_us:
+                found, switches = found + gain_us, switches + 1
+    finally:
+        ex_mod.VERIFY_MAX_PREDICTED_RATIO = saved
+    return {"ratio": ratio, "per_problem": candidates / max(1, len(rows)), "found_us": found, "switches": switches}
+
+
 def score(rows: list[dict], factor: float, always_ms: float, min_gain_us: float) -> dict:
     def timed(r):
         return r["predicted_gain_us"] * factor >= min_gain_us or r["predicted_default_ms"] >= always_ms
@@ -95,6 +138,7 @@ def score(rows: list[dict], factor: float, always_ms: float, min_gain_us: float)
 def main() -> None:
     from algosel.learn.models import load_default
     from algosel.learn.selector import Selector
+    from algosel.runtime import executor as ex_mod
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None)
@@ -103,10 +147,16 @@ def main() -> None:
     p.add_argument("--verify", type=int, default=3)
     p.add_argument("--min-gain-us", type=float, default=20.0)
     p.add_argument("--layers", nargs="+", default=None, help="layers files: what verify mode times on them")
+    p.add_argument(
+        "--prune-ratios",
+        default="inf,1.5,1.2,1,0.9",
+        help="shortlists pruned to candidates predicted within these ratios of the default",
+    )
     args = p.parse_args()
     try:
         sel = Selector.load(args.model) if args.model else load_default()
         factors = [float(x) for x in args.factors.split(",")]
+        ratios = [float(x) for x in args.prune_ratios.split(",")]
         always = [float(x) for x in args.always_ms.split(",")]
     except (OSError, ValueError) as exc:  # SelectorError is a ValueError: one line, not a traceback
         p.error(str(exc))
@@ -127,6 +177,16 @@ def main() -> None:
             s = score(rows, f, a, args.min_gain_us)
             print(f"| {f:g} | {a:g} ms | {100 * s['timed']:.1f}% | {100 * s['gain_kept']:.2f}% | "
                   f"{s['switches_lost']} of {s['switches']} | {s['largest_lost_us']:.0f} |")  # fmt: skip
+    pruned = prune_rows(sel, held_out_problems(sel), args.verify)
+    whole = prune_score(pruned, math.inf, args.min_gain_us)
+    print(f"\nThe {len(pruned)} problems timed with the filter, their shortlists pruned to candidates predicted "
+          f"within a ratio of the default (the first always kept; the runtime's: "
+          f"{ex_mod.VERIFY_MAX_PREDICTED_RATIO:g}):")  # fmt: skip
+    print("| within x default | candidates timed a problem | found gain kept | switches |\n| --- | --- | --- | --- |")
+    for ratio in ratios:
+        s = prune_score(pruned, ratio, args.min_gain_us)
+        kept = s["found_us"] / whole["found_us"] if whole["found_us"] else 1.0
+        print(f"| {ratio:g} | {s['per_problem']:.2f} | {100 * kept:.1f}% | {s['switches']} of {whole['switches']} |")
 
 
 if __name__ == "__main__":

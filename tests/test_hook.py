@@ -217,6 +217,21 @@ def test_without_a_time_model_prediction_mode_queries_no_live_list(shipped):
     assert decision.passes_through
 
 
+def test_verify_mode_times_only_candidates_predicted_within_the_ratio_of_the_default(shipped):
+    """Building a plan costs more than timing it: of the shortlist, only the candidates predicted no slower than
+    PyTorch's default are built and timed, the first one always."""
+    assert executor_mod.pruned_shortlist(["a", "b", "c"], {"a": 1.2, "b": 0.9, "c": 1.0, "pytorch:default": 1.0}) == [
+        "b", "c"]  # fmt: skip
+    assert executor_mod.pruned_shortlist(["a", "b"], {"a": 2.0, "b": 3.0, "pytorch:default": 1.0}) == ["a"]
+    assert executor_mod.pruned_shortlist(["a", "b"], {"a": 2.0}) == ["a", "b"]  # no time for the default: all
+    problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
+    slower = hook.Executor(selector=DefaultTakes(shipped, 200.0, 250.0), live=False, verify=3, cache=False)
+    ids, why = slower.shortlist_to_time(problem)  # a long default is looked at, but nothing is predicted faster
+    assert why == "" and len(ids) == 1 and len(slower.shortlist_to_time(problem, prune=False)[0]) == 3
+    faster = hook.Executor(selector=DefaultTakes(shipped, 200.0, 150.0), live=False, verify=3, cache=False)
+    assert len(faster.shortlist_to_time(problem)[0]) == 3
+
+
 def test_without_a_time_model_verify_mode_times_every_problem(shipped):
     ex = hook.Executor(selector=WithoutTimeModel(shipped), live=False, verify=3, cache=False)
     assert not ex._too_short_to_pay(ConvProblem(n=1, c=8, k=8, h=4, w=4, r=1, s=1))

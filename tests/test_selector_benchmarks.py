@@ -159,6 +159,25 @@ def test_verify_skip_scores_a_filter_by_what_it_times_and_what_it_loses(monkeypa
     assert verify_skip.score(rows, 2.0, math.inf, 20.0)["timed"] == 0.25  # without the long-default rule: a only
 
 
+def test_verify_skip_scores_pruned_shortlists_by_candidates_timed_and_gain_found(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import verify_skip
+
+    from algosel.runtime import executor
+
+    rows = [  # a: the second candidate, predicted slower than the default, is the one that saves 50 us
+        {"ids": ["x", "y"], "default_ms": 0.10, "predicted": {"x": 0.08, "y": 0.12, "pytorch:default": 0.10},
+         "recorded": {"x": 0.09, "y": 0.05}},
+        {"ids": ["x", "y"], "default_ms": 0.10, "predicted": {"x": 0.20, "y": 0.30, "pytorch:default": 0.10},
+         "recorded": {"x": 0.07, "y": None}},  # b: both predicted slower; the first is kept and saves 30 us
+    ]  # fmt: skip
+    whole = verify_skip.prune_score(rows, math.inf, 20.0)
+    assert whole == {"ratio": math.inf, "per_problem": 2.0, "found_us": pytest.approx(80.0), "switches": 2}
+    pruned = verify_skip.prune_score(rows, 1.0, 20.0)
+    assert pruned["per_problem"] == 1.0 and pruned["found_us"] == pytest.approx(30.0) and pruned["switches"] == 1
+    assert executor.VERIFY_MAX_PREDICTED_RATIO == 1.0  # restored after scoring
+
+
 def test_verify_skip_counts_what_verify_mode_times_on_a_layers_file(tmp_path):
     layers = tmp_path / "net.csv"
     layers.write_text(
