@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import REPO, SLICE
@@ -205,3 +206,36 @@ def test_host_cost_records_scores_the_nearest_problems_host_times_on_held_out_pr
     assert "candidates of held-out problems" in res.stdout and "from the nearest training problem" in res.stdout
     bad = subprocess.run([*cmd, "--model", "/nonexistent"], capture_output=True, text=True, timeout=600, check=False)
     assert bad.returncode == 2 and "/nonexistent" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_neighbour_feature_takes_each_problems_nearest_among_the_training_problems_never_itself(monkeypatch):
+    """benchmarks/neighbour_feature.py on a small dataset: a training problem's nearest is another training problem
+    of its kind, a held-out problem's a training one, so that no held-out measurement reaches the features; both
+    rankers are scored on the same held-out problems."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import neighbour_feature as nf
+
+    from algosel.learn.evaluate import Prepared, is_test_shape
+    from algosel.learn.features import FEATURE_NAMES
+    from algosel.learn.ranker import RankerParams
+    from algosel.records.store import load_records, main_environment
+
+    frame, envs = load_records(REPO / "data" / "sweeps" / "h200-mynet")
+    frame, _ = main_environment(frame, envs)
+    prep = Prepared.build(frame, envs)
+    test = is_test_shape(prep.shape)
+    assert 0 < test.sum() < len(test)
+    extra = nf.neighbour_columns(prep, test)
+    assert extra.shape == (len(prep.data), len(nf.NEIGHBOUR_FEATURES))
+    distance = extra[:, 2]
+    assert np.nanmin(distance) > 0  # never the problem itself (distance 0)
+    # the nearest problem's best candidate has log2 ratio 0 and rank 0 there, and ratios lie in [0, 6]
+    ratio = extra[:, 0]
+    assert np.nanmin(ratio) == 0.0 and np.nanmax(ratio) <= nf.FAILED_LOG2_RATIO
+    assert np.array_equal(np.isnan(ratio), np.isnan(extra[:, 1]))
+    params = RankerParams(n_estimators=5, num_leaves=7, num_threads=1)
+    base = nf.held_out_score(prep, prep.X, list(FEATURE_NAMES), test, params)
+    more = nf.held_out_score(prep, np.column_stack([prep.X, extra]), [*FEATURE_NAMES, *nf.NEIGHBOUR_FEATURES], test,
+                             params)  # fmt: skip
+    assert base["problems"] == more["problems"] > 0 and base["geomean"] >= 1.0 and more["geomean"] >= 1.0
+    assert 0.0 <= base["within_5pct"] <= 1.0 and base["total"] >= 1.0
