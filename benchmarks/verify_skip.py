@@ -35,22 +35,30 @@ from standins import Unrecorded
 from switch_rule import held_out_problems, training_catalogue
 
 
-def shortlist_rows(sel, problems, verify: int, min_gain_us: float) -> list[dict]:
-    """Per problem that verify mode would time today: the predicted and the found (recorded) gain, us per call."""
+def _shortlists(sel, problems, verify: int, min_gain_us: float, gain_filter: bool):
+    """Per problem that verify mode would time (``gain_filter``: with its predicted-gain filter): the problem, its
+    shortlist before pruning, PyTorch's default's recorded time, the predicted times of the shortlist and the
+    default (what the executor's filter reads) and the shortlist's recorded times (None: not timed there)."""
     from algosel.runtime import executor as ex_mod
 
     ex = ex_mod.Executor(selector=Unrecorded(sel, training_catalogue(sel)), cache=False, native=False,
                          min_gain_us=min_gain_us, live=False, verify=verify)  # fmt: skip
-    rows = []
     for p in problems:
         default_ms = sel.catalogue.time_ms(p.key, "pytorch:default")
-        ids, _ = ex.shortlist_to_time(p, gain_filter=False)
+        ids, _ = ex.shortlist_to_time(p, gain_filter=gain_filter, prune=False)
         if default_ms is None or not ids:
             continue
-        predicted = sel.predicted_time_ms(p, [*ids, "pytorch:default"])  # what the executor's filter reads
-        recorded = {c: sel.catalogue.time_ms(p.key, c) for c in ids}
-        recorded = {c: t for c, t in recorded.items() if t is not None}
-        best = min(recorded.values()) if recorded else math.inf
+        predicted = sel.predicted_time_ms(p, [*ids, "pytorch:default"])
+        yield p, ids, default_ms, predicted, {c: sel.catalogue.time_ms(p.key, c) for c in ids}
+
+
+def shortlist_rows(sel, problems, verify: int, min_gain_us: float) -> list[dict]:
+    """Per problem that verify mode would time today: the predicted and the found (recorded) gain, us per call."""
+    from algosel.runtime import executor as ex_mod
+
+    rows = []
+    for p, ids, default_ms, predicted, recorded in _shortlists(sel, problems, verify, min_gain_us, False):
+        best = min((t for t in recorded.values() if t is not None), default=math.inf)
         found_us = 1e3 * (default_ms - best) if best < default_ms / ex_mod.MIN_MEASURED_RATIO else 0.0
         rows.append({"problem": p.key, "predicted_default_ms": predicted["pytorch:default"],
                      "predicted_gain_us": 1e3 * (predicted["pytorch:default"] - min(predicted[c] for c in ids)),
@@ -83,23 +91,12 @@ def layers_table(sel, paths, verify: int) -> str:
     return "\n".join(lines)
 
 
-def prune_rows(sel, problems, verify: int) -> list[dict]:
+def prune_rows(sel, problems, verify: int, min_gain_us: float = 20.0) -> list[dict]:
     """Per problem verify mode times with its filter: the shortlist before pruning, its predicted and recorded
     times, and PyTorch's default's recorded time."""
-    from algosel.runtime import executor as ex_mod
-
-    ex = ex_mod.Executor(selector=Unrecorded(sel, training_catalogue(sel)), cache=False, native=False, live=False,
-                         verify=verify)  # fmt: skip
-    rows = []
-    for p in problems:
-        default_ms = sel.catalogue.time_ms(p.key, "pytorch:default")
-        ids, _ = ex.shortlist_to_time(p, prune=False)
-        if default_ms is None or not ids:
-            continue
-        rows.append({"ids": ids, "default_ms": default_ms,
-                     "predicted": sel.predicted_time_ms(p, [*ids, "pytorch:default"]),
-                     "recorded": {c: sel.catalogue.time_ms(p.key, c) for c in ids}})  # fmt: skip
-    return rows
+    timed = _shortlists(sel, problems, verify, min_gain_us, True)
+    return [{"ids": ids, "default_ms": default_ms, "predicted": predicted, "recorded": recorded}
+            for _, ids, default_ms, predicted, recorded in timed]  # fmt: skip
 
 
 def prune_score(rows: list[dict], ratio: float, min_gain_us: float) -> dict:
@@ -177,7 +174,7 @@ def main() -> None:
             s = score(rows, f, a, args.min_gain_us)
             print(f"| {f:g} | {a:g} ms | {100 * s['timed']:.1f}% | {100 * s['gain_kept']:.2f}% | "
                   f"{s['switches_lost']} of {s['switches']} | {s['largest_lost_us']:.0f} |")  # fmt: skip
-    pruned = prune_rows(sel, held_out_problems(sel), args.verify)
+    pruned = prune_rows(sel, held_out_problems(sel), args.verify, args.min_gain_us)
     whole = prune_score(pruned, math.inf, args.min_gain_us)
     print(f"\nThe {len(pruned)} problems timed with the filter, their shortlists pruned to candidates predicted "
           f"within a ratio of the default (the first always kept; the runtime's: "
