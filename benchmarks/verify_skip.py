@@ -86,7 +86,7 @@ def layers_table(sel, paths, verify: int) -> str:
                     ids, _ = ex.shortlist_to_time(q, gain_filter=False)
                     if ids:
                         before += 1
-                        after += not ex._predicted_gain_too_small(q, ids)
+                        after += bool(ex.shortlist_to_time(q)[0])  # empty where the filter says not worth it
             lines.append(f"| {Path(path).stem} | {dtype}, {layout} | {new} | {before} | {after} |")
     return "\n".join(lines)
 
@@ -104,18 +104,14 @@ def prune_score(rows: list[dict], ratio: float, min_gain_us: float) -> dict:
     and 3%) where the shortlist keeps only candidates predicted within ``ratio`` of the default."""
     from algosel.runtime import executor as ex_mod
 
-    saved, ex_mod.VERIFY_MAX_PREDICTED_RATIO = ex_mod.VERIFY_MAX_PREDICTED_RATIO, ratio
-    try:
-        candidates, found, switches = 0, 0.0, 0
-        for r in rows:
-            kept = ex_mod.pruned_shortlist(r["ids"], r["predicted"])
-            candidates += len(kept)
-            best = min((r["recorded"][c] for c in kept if r["recorded"][c] is not None), default=math.inf)
-            gain_us = 1e3 * (r["default_ms"] - best) if best < r["default_ms"] / ex_mod.MIN_MEASURED_RATIO else 0.0
-            if gain_us >= min_gain_us:
-                found, switches = found + gain_us, switches + 1
-    finally:
-        ex_mod.VERIFY_MAX_PREDICTED_RATIO = saved
+    candidates, found, switches = 0, 0.0, 0
+    for r in rows:
+        kept = ex_mod.pruned_shortlist(r["ids"], r["predicted"], ratio)
+        candidates += len(kept)
+        best = min((r["recorded"][c] for c in kept if r["recorded"][c] is not None), default=math.inf)
+        gain_us = 1e3 * (r["default_ms"] - best) if best < r["default_ms"] / ex_mod.MIN_MEASURED_RATIO else 0.0
+        if gain_us >= min_gain_us:
+            found, switches = found + gain_us, switches + 1
     return {"ratio": ratio, "per_problem": candidates / max(1, len(rows)), "found_us": found, "switches": switches}
 
 

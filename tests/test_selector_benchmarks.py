@@ -176,7 +176,7 @@ def test_verify_skip_scores_pruned_shortlists_by_candidates_timed_and_gain_found
     assert whole == {"ratio": math.inf, "per_problem": 2.0, "found_us": pytest.approx(80.0), "switches": 2}
     pruned = verify_skip.prune_score(rows, 1.0, 20.0)
     assert pruned["per_problem"] == 1.0 and pruned["found_us"] == pytest.approx(30.0) and pruned["switches"] == 1
-    assert executor.VERIFY_MAX_PREDICTED_RATIO == 1.0  # restored after scoring
+    assert executor.VERIFY_MAX_PREDICTED_RATIO == 1.0  # scoring leaves the runtime's ratio as it is
 
 
 def test_verify_skip_counts_what_verify_mode_times_on_a_layers_file(tmp_path):

@@ -222,15 +222,16 @@ def worth_a_closer_look(times_ms: dict[str, float], min_gain_us: float) -> bool:
     return 1e3 * (default_ms - best_ms) * VERIFY_SKIP_FACTOR >= min_gain_us
 
 
-def pruned_shortlist(ids: list[str], times_ms: dict[str, float]) -> list[str]:
-    """The candidates of ``ids`` (best first) that the predicted times ``times_ms`` put within
-    ``VERIFY_MAX_PREDICTED_RATIO`` of PyTorch's default's, the first one whatever its time: building a cuDNN plan
-    costs more of verify mode's first pass than timing it (50 ms of EfficientNet-B0 autocast's 190 ms a timed
-    problem on the H200), and one predicted slower than the default seldom turns out the fastest."""
+def pruned_shortlist(ids: list[str], times_ms: dict[str, float], max_ratio: float | None = None) -> list[str]:
+    """The candidates of ``ids`` (best first) that the predicted times ``times_ms`` put within ``max_ratio``
+    (default ``VERIFY_MAX_PREDICTED_RATIO``) of PyTorch's default's, the first one whatever its time: building a
+    cuDNN plan costs more of verify mode's first pass than timing it (50 ms of EfficientNet-B0 autocast's 190 ms a
+    timed problem on the H200), and one predicted slower than the default seldom turns out the fastest."""
     default_ms = times_ms.get("pytorch:default")
     if default_ms is None:
         return ids
-    kept = [c for c in ids if _finite(times_ms.get(c)) and times_ms[c] <= VERIFY_MAX_PREDICTED_RATIO * default_ms]
+    limit_ms = (VERIFY_MAX_PREDICTED_RATIO if max_ratio is None else max_ratio) * default_ms
+    kept = [c for c in ids if _finite(times_ms.get(c)) and times_ms[c] <= limit_ms]
     return kept or ids[:1]
 
 
@@ -612,15 +613,6 @@ class Executor:
             return False
         default_ms = predicted(problem, ["pytorch:default"]).get("pytorch:default")
         return default_ms is not None and 1e3 * default_ms * VERIFY_SKIP_FACTOR < self.min_gain_us
-
-    def _predicted_gain_too_small(self, problem: ConvProblem, ids: list[str]) -> bool:
-        """Whether the model predicts the best of ``ids`` to save less than the least gain over
-        ``VERIFY_SKIP_FACTOR`` on a problem whose default it predicts shorter than ``VERIFY_ALWAYS_TIME_MS`` (False
-        without a time model)."""
-        predicted = self._predicted_times()
-        if predicted is None:
-            return False
-        return not worth_a_closer_look(predicted(problem, [*ids, "pytorch:default"]), self.min_gain_us)
 
     def _verifier(self):
         if self._sweeper is None:
