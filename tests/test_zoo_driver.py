@@ -143,3 +143,17 @@ def test_step_profile_prints_its_tables_and_writes_them(tmp_path):
     # the convolutions rank among the most costly ops of a CPU step (12: the order of the others varies with load)
     assert any("convolution" in row[0] for row in result["host_ops"])
     assert "--- host ops, self time per step" in res.stdout
+
+
+def test_cold_profile_prints_both_first_passes_and_their_profiles(tmp_path):
+    """benchmarks/cold_profile.py on the CPU: the default's first pass, then verify and prediction mode's, each
+    with its profile table."""
+    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, str(REPO / "benchmarks" / "cold_profile.py"), "--net", "mynet", "--dtype", "float32",
+           "--device", "cpu", "--rows", "6"]  # fmt: skip
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "mynet float32: default first pass" in res.stdout
+    for verify in (3, 0):
+        assert f"== verify={verify}: pass " in res.stdout
+    assert res.stdout.count("Ordered by: cumulative time") == 2 and res.stdout.count("Ordered by: internal time") == 2
