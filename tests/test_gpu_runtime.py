@@ -394,3 +394,39 @@ def test_predict_measure_times_the_shortlist_and_puts_the_fastest_first():
     times = [c.measured_time_ms for c in choices if c.measured_time_ms is not None]
     assert len(times) >= 2 and times == sorted(times)
     assert "pytorch:default" in {c.candidate_id for c in choices} and choices[0].source == "measured"
+
+
+@pytest.mark.parametrize("device_waits", [False, True])
+def test_a_switch_is_made_where_the_device_is_busy_and_dropped_where_it_waits(shipped, ext, tmp_path, monkeypatch,
+                                                                              device_waits):  # fmt: skip
+    """Probation (executor module docstring) on a real stream: calls queued behind a long kernel find the device
+    busy and get their switch; calls after a synchronization find it idle and keep PyTorch's path."""
+    from algosel.runtime import executor as executor_mod
+    from algosel.runtime import hook
+
+    monkeypatch.setattr(executor_mod, "PROBE_CALLS", 8)
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
+    model, x = _cudnn_model()
+    x = x.detach()
+    ex = hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path)
+    hook.reset_stats()
+    with hook.enabled(ex), torch.no_grad():
+        for _ in range(12):
+            y = x
+            for layer in model:
+                if isinstance(layer, torch.nn.Conv2d):
+                    if device_waits:
+                        torch.cuda.synchronize()
+                    else:
+                        torch.cuda._sleep(2_000_000)  # ~1 ms of spinning ahead of the call on its stream
+                y = layer(y)
+    torch.cuda.synchronize()
+    assert _close(y, model(x).detach())
+    s = hook.stats()
+    if device_waits:
+        assert set(s) == {"pytorch:probing the device", "pytorch:device idle at the call"}, s
+        assert all(r.kind == "native" for r in ex._routes.values())
+    else:
+        assert s.get("cudnn", 0) >= 2 and all(r.kind == "compiled" for r in ex._routes.values()), s
+        assert ex.fast_run is not None and len(ex._table) == 2  # held in the C++ table once decided
+    assert s["pytorch:probing the device"] == 2 * 7  # two convolutions, 7 calls each before the 8th decides

@@ -636,3 +636,66 @@ def test_verify_mode_keeps_the_candidate_whose_kernel_and_launch_cost_least(ship
     d = ex._measure(problem)
     assert d.candidate_id == ids[1] and d.source == "measured"
     assert d.host_us[ids[0]] == 520.0  # every measured host time is kept for judging it again
+
+
+@pytest.mark.parametrize(
+    ("busy_looks", "expected"),
+    [
+        ([True] * 8, "gemm"),  # the host is ahead: the device decides the step, so the switch pays
+        ([True] * 6 + [False] * 2, "gemm"),  # busy in 6 of 8 looks: at MIN_BUSY_FRACTION
+        ([True] * 5 + [False] * 3, "pytorch:device idle at the call"),
+        ([False] * 8, "pytorch:device idle at the call"),  # host-bound: the device waits, a switch only costs host
+    ],
+)
+def test_a_switch_is_made_only_where_the_device_is_busy_when_its_calls_arrive(executor, monkeypatch, busy_looks,
+                                                                              expected):  # fmt: skip
+    looks = iter(busy_looks)
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: next(looks))
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
+    assert executor_mod.PROBE_CALLS == 8 and executor_mod.MIN_BUSY_FRACTION == 0.75
+    ex = hook.Executor(selector=executor.selector, live=False)
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM is predicted to pay
+    with hook.enabled(ex):
+        for i in range(10):
+            torch.testing.assert_close(F.conv2d(x, w), REF(x, w), atol=1e-4, rtol=1e-4)
+            if i == 6:  # still looking: every call so far ran PyTorch's own convolution
+                assert hook.stats() == {"pytorch:probing the device": 7}, hook.stats()
+    (route,) = ex._routes.values()
+    assert route.probe is None and route.reasons == (expected,)
+    assert hook.stats() == {"pytorch:probing the device": 7, expected: 3}, hook.stats()  # the 8th look decided
+
+
+def test_looks_at_the_device_just_after_planning_do_not_count(executor, monkeypatch):
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 3600.0)  # every look is "just after" the first call's plan
+    ex = hook.Executor(selector=executor.selector, live=False)
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
+    with hook.enabled(ex):
+        for _ in range(20):
+            F.conv2d(x, w)
+    (route,) = ex._routes.values()
+    assert route.probe is not None and route.probe.calls == 0 and route.kind != "native"
+    assert hook.stats() == {"pytorch:probing the device": 20}
+
+
+def test_without_a_device_to_look_at_the_switch_is_made_at_once(executor):
+    """CPU tensors: ``device_busy`` cannot tell, so the decision stands from the first call."""
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
+    with hook.enabled(executor):
+        F.conv2d(x, w)
+    assert hook.stats() == {"gemm": 1}
+
+
+@pytest.mark.parametrize("probe_calls", [-1, 1.5, True])
+def test_probe_calls_must_be_a_count(shipped, probe_calls):
+    with pytest.raises(ValueError, match=f"probe_calls must be a non-negative integer .*got {probe_calls!r}"):
+        hook.Executor(selector=shipped, probe_calls=probe_calls)
+
+
+def test_probe_calls_zero_switches_at_once(executor, monkeypatch):
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)  # would drop the switch if it looked
+    ex = hook.Executor(selector=executor.selector, live=False, probe_calls=0)
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
+    with hook.enabled(ex):
+        F.conv2d(x, w)
+    assert hook.stats() == {"gemm": 1}

@@ -26,6 +26,14 @@ lookup before it runs:
   direction (cheaper on the host than PyTorch's own call: H200, benchmarks/runtime_costs.py);
 - ``function``: the Python autograd Function, each direction through its own runner (the path without the
   extension, and for mixes of GEMM lowering with other candidates).
+
+A gain in device time is worth nothing where the device waits for the host: a host-bound training step (most steps
+on an H200) runs as fast as the host enqueues it, and a switch costs it host time without shortening it. So a route
+that switches a CUDA convolution away from PyTorch's path starts on probation: its first calls run PyTorch's own
+convolution while the executor looks whether the device is still busy with earlier work when the call arrives
+(``cudaStreamQuery`` on the call's stream, about a microsecond). Where it is, in at least ``MIN_BUSY_FRACTION`` of
+``PROBE_CALLS`` calls (the host is ahead, the device decides the step's time), the switch is made; where the device
+sat idle, the route passes through for good (``pytorch:device idle at the call``).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import logging
 import math
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -116,6 +125,18 @@ PREDICTED_GAIN_TOO_SMALL = "predicted gain under the least gain"
 VERIFY_MAX_PREDICTED_RATIO = 1.0
 #: Candidates of the model's shortlist whose predicted times are compared, on a problem the records lack.
 PREDICT_TOP_K = 3
+#: Calls of a switching route's signature that look at the device (see the module docstring) before the switch is
+#: made or dropped; 0 switches at once.
+PROBE_CALLS = 8
+#: The least share of those calls that must find the device busy for the switch to be made. MISSING-TUNED
+MIN_BUSY_FRACTION = 0.75
+#: A look at the device within this many seconds after the executor planned anything does not count: planning and
+#: measuring synchronize the device, which then sits idle until the host catches up with its queue again.
+PROBE_SETTLE_S = 0.05
+#: The reason of a pass-through whose device was found idle.
+DEVICE_IDLE = "device idle at the call"
+#: What a call that looks at the device counts as, per direction, in :func:`stats`.
+PROBING = "pytorch:probing the device"
 
 _counts: Counter[str] = Counter()
 #: Routes counted by call (native, GEMM and compiled routes of every executor), for :func:`stats`.
@@ -181,6 +202,23 @@ class _Route:
     run_native: Callable[..., torch.Tensor] | None = None  # the compiled path's entry point
     unseen: Any = None  # the recorder of problems the model's records lack, where this route's problem is one
     slots: list = field(default_factory=list)  # (dispatch table, slot) pairs that run this route's calls in C++
+    probe: _Probe | None = None  # on probation: the looks at the device so far (None: decided)
+
+
+@dataclass
+class _Probe:
+    """A switching route's looks at the device before its switch is made (module docstring)."""
+
+    calls: int = 0  # looks that count
+    busy: int = 0  # of them, those that found the device busy
+
+
+def device_busy(x: torch.Tensor) -> bool | None:
+    """Whether the device of ``x`` is still running earlier work of its current stream (None: cannot tell, for a
+    tensor off CUDA)."""
+    if not x.is_cuda:
+        return None
+    return not torch.cuda.current_stream(x.device).query()
 
 
 def host_extra_us(host_us: dict[str, float], candidate_id: str) -> float:
@@ -273,6 +311,9 @@ class Executor:
         Keep the convolutions met whose problems the model's records lack, with call counts, in this layers file
         (:mod:`algosel.runtime.unseen`; default: the file named by ``$ALGOSEL_RECORD_UNSEEN``, if set), for
         ``algosel sweep --layers``.
+    probe_calls : int, optional
+        Calls of a switching route that look whether the device waits for the host before the switch is made
+        (default ``PROBE_CALLS``; 0: switch at once). See the module docstring.
     """
 
     def __init__(
@@ -285,6 +326,7 @@ class Executor:
         cache: bool | str | os.PathLike = True,
         native: bool | None = None,
         record: str | os.PathLike | None = None,
+        probe_calls: int | None = None,
     ):
         if selector is None:
             from algosel.learn.models import load_default  # noqa: PLC0415
@@ -292,8 +334,16 @@ class Executor:
             selector = load_default()
         if not isinstance(verify, int) or isinstance(verify, bool) or verify < 0:
             raise ValueError(f"verify must be a non-negative integer (candidates to time), got {verify!r}")
+        if probe_calls is None:
+            probe_calls = PROBE_CALLS
+        if not isinstance(probe_calls, int) or isinstance(probe_calls, bool) or probe_calls < 0:
+            raise ValueError(f"probe_calls must be a non-negative integer (calls), got {probe_calls!r}")
         self.selector = selector
         self.verify = verify
+        self.probe_calls = probe_calls
+        #: When this executor last planned a new call signature (time.perf_counter()): looks at the device just
+        #: after it do not count (``PROBE_SETTLE_S``).
+        self.planned_at_s = -math.inf
         self.min_gain_us = min_gain_us
         self.max_workspace_bytes = max_workspace_bytes
         self._live = live
@@ -337,7 +387,7 @@ class Executor:
 
     def hold_in_table(self, route: _Route, x, w, b, stride, padding, dilation, groups) -> None:
         """Let the dispatch table run calls of this signature (native, compiled and GEMM routes)."""
-        if route.kind not in ("native", "compiled", "gemm") or route.unseen is not None:
+        if route.kind not in ("native", "compiled", "gemm") or route.unseen is not None or route.probe is not None:
             return
         table = self._dispatch_table()
         if table is None:
@@ -713,9 +763,11 @@ class Executor:
         elif all(p.path != "gemm" for p in plans) and all(p.native_id >= 0 or p.runner is None for p in plans):
             route = self._native_route(problem, plans, grads, reasons)
         else:
-            route = _Route("function", problem)
+            route = _Route("function", problem, reasons)  # its reasons are not counted: run_direction counts
         if route.kind != "function":
             _counted_routes.append(route)
+        if route.kind != "native" and self.probe_calls:
+            route.probe = _Probe()
         if self._recorder is not None and not self.selector.is_recorded(problem):
             route.unseen = self._recorder
         self._routes[key] = route
@@ -872,6 +924,10 @@ def run_conv(ex: Executor, x, w, b, stride, padding, dilation, groups) -> torch.
             ex.hold_in_table(route, x, w, b, stride, padding, dilation, groups)
     if route.unseen is not None:
         route.unseen.add(route.problem, 1)
+    if route.probe is not None:
+        if not _probe(ex, route, x):
+            return original_conv2d(x, w, b, stride, padding, dilation, groups)
+        ex.hold_in_table(route, x, w, b, stride, padding, dilation, groups)
     kind = route.kind
     if kind == "native":
         route.calls += 1
@@ -889,6 +945,29 @@ def run_conv(ex: Executor, x, w, b, stride, padding, dilation, groups) -> torch.
             route.calls += 1
             return gemm_conv(route.problem, x, w, b)
         return Conv2dFunction.apply(x, w, b, route.problem, ex)
+
+
+def _probe(ex: Executor, route: _Route, x: torch.Tensor) -> bool:
+    """One call of a route on probation: look at the device; True where the route runs as decided from this call
+    on (its switch made, or dropped for PyTorch's path), False where this call takes PyTorch's own path."""
+    probe = route.probe
+    busy = None if x.is_cuda and torch.cuda.is_current_stream_capturing() else device_busy(x)
+    if busy is None and not x.is_cuda:  # nothing to look at (CPU): the decision stands
+        route.probe = None
+        return True
+    if busy is not None and time.perf_counter() - ex.planned_at_s >= PROBE_SETTLE_S:
+        probe.calls += 1
+        probe.busy += busy
+    if probe.calls < ex.probe_calls:
+        _counts[PROBING] += len(route.reasons)
+        return False
+    route.probe = None
+    if probe.busy < MIN_BUSY_FRACTION * probe.calls:
+        if route.kind == "function":  # counted per direction by run_direction until now
+            _counted_routes.append(route)
+        route.kind = "native"
+        route.reasons = (f"pytorch:{DEVICE_IDLE}",) * len(route.reasons)
+    return True
 
 
 def _pair(v: Any) -> tuple[int, int]:
@@ -952,7 +1031,10 @@ def _first_call(ex: Executor, key, x, w, b, stride, padding, dilation, groups, c
     # Deciding may measure candidates: outside the caller's autocast and autograd, and with the hook suspended in
     # this thread (the measurements' own convolutions are PyTorch's).
     with planning(), torch.no_grad(), torch.autocast(x.device.type, enabled=False):
-        return ex.route(key, problem, x.device, grads)
+        try:
+            return ex.route(key, problem, x.device, grads)
+        finally:
+            ex.planned_at_s = time.perf_counter()
 
 
 # ------------------------------------------------------------------------------------------- switches
