@@ -157,3 +157,17 @@ def test_cold_profile_prints_both_first_passes_and_their_profiles(tmp_path):
     for verify in (3, 0):
         assert f"== verify={verify}: pass " in res.stdout
     assert res.stdout.count("Ordered by: cumulative time") == 2 and res.stdout.count("Ordered by: internal time") == 2
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("mynet:float32", "device_busy.py: needs a CUDA GPU (it looks at a CUDA stream)"),
+        ("mynet:bf16", "device_busy.py: 'mynet:bf16' is not net:dtype (nets: resnet50,"),
+        ("alexnet:amp", "device_busy.py: 'alexnet:amp' is not net:dtype"),
+    ],
+)
+def test_device_busy_says_in_one_line_what_it_cannot_do_here(spec, message):
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "device_busy.py"), spec], capture_output=True,
+                         text=True, timeout=120, check=False)  # fmt: skip
+    assert res.returncode == 2 and res.stderr.startswith(message) and len(res.stderr.splitlines()) == 1, res.stderr

@@ -128,7 +128,12 @@ PREDICT_TOP_K = 3
 #: Calls of a switching route's signature that look at the device (see the module docstring) before the switch is
 #: made or dropped; 0 switches at once.
 PROBE_CALLS = 8
-#: The least share of those calls that must find the device busy for the switch to be made. MISSING-TUNED
+#: The least share of those calls that must find the device busy for the switch to be made. Set before it was
+#: measured, and kept after: the share of PyTorch's default's forward convolution calls that found the H200 busy
+#: (``python benchmarks/device_busy.py``, float32 steps of docs/hook.md's zoo) is 0.09 for EfficientNet-V2-S and
+#: 0.26 for the tutorial's MyNet, whose switches made the step slower (1.08x and 1.03x the default's), and 0.72-0.84
+#: for EfficientNet-B0, MobileNetV3-L and DeepLabV3, where switches paid; per route, 0.75 dropped every switch of
+#: EfficientNet-V2-S and 12 of MyNet's 13 and kept 9 of EfficientNet-B0's 12 (docs/hook.md, "Probation").
 MIN_BUSY_FRACTION = 0.75
 #: A look at the device within this many seconds after the executor planned anything does not count: planning and
 #: measuring synchronize the device, which then sits idle until the host catches up with its queue again.
