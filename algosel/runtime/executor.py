@@ -132,8 +132,9 @@ PROBE_CALLS = 8
 #: measured, and kept after: the share of PyTorch's default's forward convolution calls that found the H200 busy
 #: (``python benchmarks/device_busy.py``, float32 steps of docs/hook.md's zoo) is 0.09 for EfficientNet-V2-S and
 #: 0.26 for the tutorial's MyNet, whose switches made the step slower (1.08x and 1.03x the default's), and 0.72-0.84
-#: for EfficientNet-B0, MobileNetV3-L and DeepLabV3, where switches paid; per route, 0.75 dropped every switch of
-#: EfficientNet-V2-S and 12 of MyNet's 13 and kept 9 of EfficientNet-B0's 12 (docs/hook.md, "Probation").
+#: for EfficientNet-B0, MobileNetV3-L and DeepLabV3, where switches paid; per route, 0.75 dropped every switched
+#: direction of EfficientNet-V2-S (24) and 12 of MyNet's 13, and kept 9 of EfficientNet-B0's 12 (docs/hook.md,
+#: "Probation").
 MIN_BUSY_FRACTION = 0.75
 #: A look at the device within this many seconds after the executor planned anything does not count: planning and
 #: measuring synchronize the device, which then sits idle until the host catches up with its queue again.
