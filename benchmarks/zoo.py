@@ -3,6 +3,7 @@
     python benchmarks/zoo.py --out zoo.jsonl [--nets resnet50,fpn] [--jobs paired,benchmark,warm] [--timeout-s 240]
     python benchmarks/zoo.py --nets mynet --model my-models/h200-mynet --jobs paired --out mynet.jsonl
     python benchmarks/zoo.py --nets resnet50 --jobs paired --processes 3 --cpus 0-7 --out zoo.jsonl
+    python benchmarks/zoo.py --nets squeezenet1_1 --jobs paired --aa --out zoo.jsonl
     python benchmarks/zoo.py --summarize zoo.jsonl
 
 Every job runs in a process of its own (PyTorch caches the plan it picked per shape in a process whatever the
@@ -81,6 +82,10 @@ MODEL = os.environ.get("ALGOSEL_ZOO_MODEL") or None
 PROCESS = int(os.environ.get("ALGOSEL_ZOO_PROCESS", "0"))
 #: A quick run of the driver on CPU (tests): small FPN sizes, one block.
 SMOKE = os.environ.get("ALGOSEL_ZOO_SMOKE") == "1"
+#: ``--aa``: the paired job's rotation gets the default a second time, in the slots farthest from the first's
+#: (D P V N A, then reversed): what two identical modes read apart is the measurement's own floor and position bias.
+AGAIN = "again"
+AA = os.environ.get("ALGOSEL_ZOO_AA") == "1"
 
 
 # ----------------------------------------------------------------------------------------------- one job
@@ -288,6 +293,7 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
     step, n = _build(name, dtype, device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     modes = (*MODES, TUNED) if dtype == "amp" else MODES
+    modes = (*modes, AGAIN) if AA else modes
     ctx = {m: _mode(m, hook) for m in modes}
     rounds = 2 if SMOKE else rounds
     out: dict = {"net": name, "dtype": dtype, "job": "paired", "batch": NETS[name][0], "inputs": n}
@@ -406,7 +412,10 @@ def drive(args) -> None:
                "--slot-steps", str(args.slot_steps),
                *(["--cpus", args.cpus] if args.cpus else [])]  # fmt: skip
         env = dict(
-            os.environ, ALGOSEL_ZOO_PROCESS=str(process), **({"ALGOSEL_ZOO_MODEL": args.model} if args.model else {})
+            os.environ,
+            ALGOSEL_ZOO_PROCESS=str(process),
+            **({"ALGOSEL_ZOO_MODEL": args.model} if args.model else {}),
+            **({"ALGOSEL_ZOO_AA": "1"} if args.aa else {}),
         )
         t0 = time.perf_counter()
         try:
@@ -477,7 +486,7 @@ def summarize(path: Path) -> str:
             if r.get("job") == "paired":
                 paired.setdefault((r["net"], r["dtype"]), []).append(r)
     for key, group in paired.items():  # the hook's modes against the default: pooled over the processes
-        for m in (*MODES[1:], TUNED):
+        for m in (*MODES[1:], TUNED, AGAIN):
             pooled = pooled_ratio(group, m)
             if pooled is not None:
                 by[key][f"{m}_vs_default"], by[key][f"{m}_interval"] = pooled[0], pooled[1:]
@@ -545,6 +554,11 @@ def summarize(path: Path) -> str:
         lines.append(f"verify mode's cold first pass / benchmark mode's tuning (paired where both ran in one "
                      f"process), over {len(cold_ratios)}: geomean {gm(cold_ratios):.3f}, "
                      f"largest {max(cold_ratios):.3f}")  # fmt: skip
+    for (net, dtype), r in sorted(by.items()):
+        if f"{AGAIN}_vs_default" in r:
+            lo, hi = r.get(f"{AGAIN}_interval") or (math.nan, math.nan)
+            lines.append(f"A/A, the default against itself ({net}, {dtype}): {r[f'{AGAIN}_vs_default']:.3f} "
+                         f"({lo:.3f}-{hi:.3f})")  # fmt: skip
     for r in errors:
         lines.append(f"  failed: {r['job']} {r['net']} {r['dtype']}: {r['error'][-300:]}")
     return "\n".join(lines)
@@ -562,6 +576,7 @@ def main() -> None:
     p.add_argument("--slot-steps", type=int, default=3, help="paired job: steps per slot (the FPN: a pass)")
     p.add_argument("--model", default=None, help="the hook's model directory (default: the shipped model)")
     p.add_argument("--processes", type=int, default=1, help="run each job this many times, a new process each")
+    p.add_argument("--aa", action="store_true", help="paired job: the default a second time in the rotation (A/A)")
     p.add_argument("--cpus", default=None, help="pin every job's process to these cores (e.g. 0-7)")
     p.add_argument("--summarize", default=None, help="print the table of a results file and stop")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

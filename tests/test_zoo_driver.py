@@ -43,18 +43,21 @@ def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
 
 def test_repeated_processes_are_pooled_in_the_table(tmp_path):
     """``--processes 2``: each job twice, each in a new process pinned by ``--cpus``; the table pools the two.
-    ``--dtypes float32``: that dtype's steps alone."""
+    ``--dtypes float32``: that dtype's steps alone; ``--aa``: the default a second time in the rotation."""
     out = tmp_path / "zoo.jsonl"
     env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
     cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "mynet", "--jobs", "paired", "--device",
            "cpu", "--rounds", "2", "--slot-steps", "1", "--processes", "2", "--cpus", "0", "--dtypes", "float32",
-           "--out", str(out)]  # fmt: skip
+           "--aa", "--out", str(out)]  # fmt: skip
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted((r["dtype"], r["process"]) for r in rows) == [("float32", 0), ("float32", 1)]
     assert all("error" not in r and r["verify_cold_first_pass_s"] > 0 for r in rows)
     assert "| mynet (x2 processes) | float32 |" in res.stdout
+    # --aa: the default again, in a slot of its own, paired with the default like the hook's modes
+    assert all(len(r["again_steps_ms"]) == len(r["default_steps_ms"]) == 2 for r in rows)
+    assert "A/A, the default against itself (mynet, float32): " in res.stdout
 
 
 def test_the_cold_job_writes_the_first_passes_and_their_ratio_to_tuning(tmp_path):
