@@ -28,20 +28,22 @@ def busy_shares(spec: str, steps: int) -> dict:
     import torch
     import torch.nn.functional as F
 
+    from algosel.runtime.executor import device_busy
+
     net, _, dtype = spec.partition(":")
     original = F.conv2d
     looks: dict[str, list[int]] = {"fwd": [], "bwd": []}
     on = [False]
 
-    def look(direction: str) -> None:
+    def look(direction: str, t) -> None:  # the runtime's own look (what its probation counts)
         if on[0]:
-            looks[direction].append(0 if torch.cuda.current_stream().query() else 1)
+            looks[direction].append(int(device_busy(t)))
 
     def wrapped(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
-        look("fwd")
+        look("fwd", x)
         y = original(x, w, b, stride, padding, dilation, groups)
         if on[0] and y.requires_grad:
-            y.register_hook(lambda g: look("bwd"))
+            y.register_hook(lambda g: look("bwd", g))
         return y
 
     step, n = zoo._build(net, dtype, "cuda")
@@ -83,11 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("device_busy.py: needs a CUDA GPU (it looks at a CUDA stream)", file=sys.stderr)
         return 2
-    stream = torch.cuda.current_stream()
+    from algosel.runtime.executor import device_busy
+
+    probe = torch.empty(1, device="cuda")
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(20000):
-        stream.query()
+        device_busy(probe)
     print(json.dumps({"look_us": round((time.perf_counter() - t0) / 20000 * 1e6, 3)}), flush=True)
     for spec in args.nets:
         print(json.dumps(busy_shares(spec, args.steps)), flush=True)

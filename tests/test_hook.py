@@ -686,10 +686,11 @@ def test_without_a_device_to_look_at_the_switch_is_made_at_once(executor):
     assert hook.stats() == {"gemm": 1}
 
 
-@pytest.mark.parametrize("probe_calls", [-1, 1.5, True])
-def test_probe_calls_must_be_a_count(shipped, probe_calls):
-    with pytest.raises(ValueError, match=f"probe_calls must be a non-negative integer .*got {probe_calls!r}"):
-        hook.Executor(selector=shipped, probe_calls=probe_calls)
+@pytest.mark.parametrize(("name", "unit"), [("probe_calls", "calls"), ("verify", "candidates to time")])
+@pytest.mark.parametrize("value", [-1, 1.5, True])
+def test_counts_of_the_executor_must_be_non_negative_integers(shipped, name, unit, value):
+    with pytest.raises(ValueError, match=rf"^{name} must be a non-negative integer \({unit}\), got {value!r}$"):
+        hook.Executor(selector=shipped, **{name: value})
 
 
 def test_probe_calls_zero_switches_at_once(executor, monkeypatch):

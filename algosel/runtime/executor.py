@@ -338,15 +338,9 @@ class Executor:
             from algosel.learn.models import load_default  # noqa: PLC0415
 
             selector = load_default()
-        if not isinstance(verify, int) or isinstance(verify, bool) or verify < 0:
-            raise ValueError(f"verify must be a non-negative integer (candidates to time), got {verify!r}")
-        if probe_calls is None:
-            probe_calls = PROBE_CALLS
-        if not isinstance(probe_calls, int) or isinstance(probe_calls, bool) or probe_calls < 0:
-            raise ValueError(f"probe_calls must be a non-negative integer (calls), got {probe_calls!r}")
         self.selector = selector
-        self.verify = verify
-        self.probe_calls = probe_calls
+        self.verify = _count("verify", verify, "candidates to time")
+        self.probe_calls = _count("probe_calls", PROBE_CALLS if probe_calls is None else probe_calls, "calls")
         #: When this executor last planned a new call signature (time.perf_counter()): looks at the device just
         #: after it do not count (``PROBE_SETTLE_S``).
         self.planned_at_s = -math.inf
@@ -789,6 +783,13 @@ class Executor:
         rid = ext.register_route(fwd, dgrad, wgrad, list(args["stride"]), list(args["padding"]),
                                  list(args["dilation"]), args["groups"], problem.layout == "nhwc")  # fmt: skip
         return _Route("compiled", problem, reasons, native_route=int(rid), run_native=ext.run_route)
+
+
+def _count(name: str, value: Any, unit: str) -> int:
+    """``value`` where it is a non-negative integer (not a bool); else a ValueError naming ``name`` and the value."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer ({unit}), got {value!r}")
+    return value
 
 
 def _finite(v: Any) -> bool:
