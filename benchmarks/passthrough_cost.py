@@ -1,111 +1,214 @@
-"""Where the hook's pass-through cost comes from, in a real training step (GPU).
+"""Where the hook's pass-through cost comes from, in real training steps (GPU; ``--device cpu`` runs it anywhere).
 
-    python benchmarks/passthrough_cost.py [--nets resnet50,efficientnet_b0] [--rounds 40]
+    python benchmarks/passthrough_cost.py --nets mynet,resnet50 --dtypes float32,amp --rounds 150 --processes 3 \
+        --out passthrough.jsonl
+    python benchmarks/passthrough_cost.py --summarize passthrough.jsonl
 
-Single training steps in rotation, each timed to its end, of four variants in one process (every convolution
-takes PyTorch's own kernel in all four, so PyTorch's plans are shared):
+Slots of a few training steps of one of the zoo's networks (benchmarks/zoo.py builds them), in ABBA rotation, of
+variants in which every convolution runs PyTorch's own kernel (so all of them share PyTorch's plans):
 
 - ``default``: PyTorch's ``F.conv2d``;
+- ``again``: the default a second time, in the slot farthest from the first: what two identical variants read
+  apart is this measurement's floor (noise and position in the rotation);
 - ``python-wrapper``: ``F.conv2d`` replaced by a Python function that only calls PyTorch's (what any Python-level
   hook costs);
-- ``hook-enable``: the hook switched on once (``algosel.hook.enable``) with an executor that passes everything
-  through;
-- ``hook-enabled-per-step``: the same executor, ``with algosel.hook.enabled(ex):`` around every step;
-- ``hook-python-path``: ``hook-enable`` without the compiled path's dispatch table (``native=False``: every call
-  keyed and looked up in Python).
+- ``python-wrapper-per-step``: the same wrapper, put in ``F.conv2d`` at each step's start and taken out at its end
+  (what an ``enabled()`` block's switching of ``F.conv2d`` costs, without the hook);
+- ``hook-enable``: the hook switched on for the slot (``algosel.hook.enable``) with an executor that passes every
+  convolution through (``min_gain_us=inf``): the compiled dispatch alone;
+- ``hook-enabled-per-step``: the same executor, ``with algosel.hook.enabled(ex):`` around every step (as the zoo's
+  hook modes and most users write it);
+- ``hook-python-path``: ``hook-enable`` without the compiled dispatch table (``native=False``).
 
-Prints the median step time of each and the median ratio of neighbouring steps to the default.
+Each (network, dtype) runs in a process of its own, ``--processes`` times. A row per process holds every slot's
+wall time per step (to the device's end) and host CPU time per step (every thread of the process, to the last
+step's return); the summary pools the processes (zoo.py's ``pooled_ratio``: medians of the ratios of neighbouring
+slots to the default's, with a 95% interval that resamples processes and then slots).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
-import statistics
+import math
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from standins import Predicting
+import zoo
 
-VARIANTS = ("default", "python-wrapper", "hook-enable", "hook-enabled-per-step", "hook-python-path")
+VARIANTS = ("default", "again", "python-wrapper", "python-wrapper-per-step", "hook-enable", "hook-enabled-per-step",
+            "hook-python-path")
 
 
-def run(net: str, amp: bool, rounds: int) -> dict:
-    import contextlib
-
-    import torchvision
-
-    from algosel.learn.models import load_default
-    from algosel.runtime import hook
-
-    torch.manual_seed(0)
-    model = getattr(torchvision.models, net)(weights=None).cuda()
-    x = torch.randn(32, 3, 224, 224, device="cuda")
-    if amp:
-        model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    original = F.conv2d
+def _variants(hook, functional):
+    """Per variant: (switch on for the slot, switch off after it, the context of each step)."""
+    original = functional.conv2d
 
     def wrapper(*args, **kwargs):
         return original(*args, **kwargs)
 
-    ex = hook.Executor(selector=Predicting(load_default()), cache=False)
-    ex_python = hook.Executor(selector=Predicting(load_default()), cache=False, native=False)
+    def set_conv(fn):
+        def switch():
+            functional.conv2d = fn
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
-            loss = model(x).float().square().mean()
-        loss.backward()
-        opt.step()
+        return switch
 
-    def variant(name):
-        if name == "python-wrapper":
-            F.conv2d = wrapper
-        elif name == "hook-enable":
-            hook.enable(ex)
-        elif name == "hook-python-path":
-            hook.enable(ex_python)
+    ex = hook.Executor(cache=False, min_gain_us=math.inf)  # every convolution passes through
+    ex_python = hook.Executor(cache=False, min_gain_us=math.inf, native=False)
+    none, nothing = contextlib.nullcontext, (lambda: None)
+
+    @contextlib.contextmanager
+    def wrapped_step():
+        functional.conv2d = wrapper
         try:
-            with hook.enabled(ex) if name == "hook-enabled-per-step" else contextlib.nullcontext():
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                step()
-                torch.cuda.synchronize()
-                return 1e3 * (time.perf_counter() - t0)
+            yield
         finally:
-            hook.disable()
-            F.conv2d = original
+            functional.conv2d = original
 
-    for name in VARIANTS * 3:
-        variant(name)
-    times = {v: [] for v in VARIANTS}
+    return {
+        "default": (nothing, nothing, none),
+        "again": (nothing, nothing, none),
+        "python-wrapper": (set_conv(wrapper), set_conv(original), none),
+        "python-wrapper-per-step": (nothing, nothing, wrapped_step),
+        "hook-enable": (lambda: hook.enable(ex), hook.disable, none),
+        "hook-enabled-per-step": (nothing, nothing, lambda: hook.enabled(ex)),
+        "hook-python-path": (lambda: hook.enable(ex_python), hook.disable, none),
+    }
+
+
+def _order(variants: tuple[str, ...]) -> list[str]:
+    """The rotation: ``again`` in the middle, farthest from ``default`` (D A' ... reversed every other round)."""
+    rest = [v for v in variants if v not in ("default", "again")]
+    half = len(rest) // 2
+    return ["default", *rest[:half], *(["again"] if "again" in variants else []), *rest[half:]]
+
+
+def run(net: str, dtype: str, device: str, rounds: int, slot_steps: int) -> dict:
+    """One process's rotation over the variants: every slot's wall and host ms per step."""
+    import torch
+    import torch.nn.functional as F
+
+    from algosel.runtime import hook
+
+    step, n = zoo._build(net, dtype, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    variants = _variants(hook, F)
+    order = _order(VARIANTS)
+    steps = n if n > 1 else slot_steps
+
+    def slot(name: str, first: int) -> tuple[float, float]:
+        on, off, per_step = variants[name]
+        gc.collect()  # a variant's garbage is not collected in the next variant's slot
+        sync()
+        on()
+        try:
+            t0, c0 = time.perf_counter(), time.process_time()
+            for i in range(first, first + steps):
+                with per_step():
+                    step(i)
+            cpu_s = time.process_time() - c0
+            sync()
+            wall_s = time.perf_counter() - t0
+        finally:
+            off()
+        return 1e3 * wall_s / steps, 1e3 * cpu_s / steps
+
+    for name in order:  # first passes: the hook plans every convolution once (passing it through)
+        slot(name, 0)
+        slot(name, 0)
+    walls: dict[str, list[float]] = {v: [] for v in order}
+    hosts: dict[str, list[float]] = {v: [] for v in order}
     for r in range(rounds):
-        for name in VARIANTS if r % 2 == 0 else VARIANTS[::-1]:
-            times[name].append(variant(name))
-    out = {"net": net, "amp": amp, "stats": hook.stats(), "table_signatures": len(ex._table or ())}
-    for v in VARIANTS:
-        out[f"{v}_ms"] = statistics.median(times[v])
-        out[f"{v}_vs_default"] = statistics.median(a / b for a, b in zip(times[v], times["default"]))
+        for name in order if r % 2 == 0 else order[::-1]:
+            wall_ms, host_ms = slot(name, r * steps)
+            walls[name].append(round(wall_ms, 4))
+            hosts[name].append(round(host_ms, 4))
+    out: dict = {"net": net, "dtype": dtype, "device": device, "rounds": rounds, "slot_steps": steps,
+                 "order": order, "stats": hook.stats()}  # fmt: skip
+    for v in order:
+        out[f"{v}_steps_ms"], out[f"{v}_hosts_ms"] = walls[v], hosts[v]
     return out
+
+
+def summarize(path: Path) -> str:
+    """Per (network, dtype): each variant's pooled ratio to the default, wall and host, with 95% intervals."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if "error" in r:
+            continue
+        groups.setdefault((r["net"], r["dtype"]), []).append(r)
+    lines = ["| network | dtype | processes | variant | wall x default (95%) | host x default (95%) | "
+             "host ms/step |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for (net, dtype), group in sorted(groups.items()):
+        as_host = [{f"{v}_steps_ms": r[f"{v}_hosts_ms"] for v in VARIANTS if f"{v}_hosts_ms" in r} for r in group]
+        for v in VARIANTS[1:]:
+            wall, host = zoo.pooled_ratio(group, v), zoo.pooled_ratio(as_host, v)
+            if wall is None or host is None:
+                continue
+            host_ms = sorted(t for r in group for t in r[f"{v}_hosts_ms"])
+            lines.append(f"| {net} | {dtype} | {len(group)} | {v} | {wall[0]:.4f} ({wall[1]:.4f}-{wall[2]:.4f}) | "
+                         f"{host[0]:.4f} ({host[1]:.4f}-{host[2]:.4f}) | {host_ms[len(host_ms) // 2]:.3f} |")  # fmt: skip
+    for r in rows:
+        if "error" in r:
+            lines.append(f"  failed: {r['net']} {r['dtype']}: {r['error'][-300:]}")
+    return "\n".join(lines)
+
+
+def _drive(args) -> None:
+    out = Path(args.out)
+    for net in args.nets.split(","):
+        for process in range(args.processes):
+            for dtype in args.dtypes.split(","):
+                cmd = [sys.executable, __file__, "--child", "--net", net, "--dtype", dtype, "--device", args.device,
+                       "--rounds", str(args.rounds), "--slot-steps", str(args.slot_steps)]  # fmt: skip
+                t0 = time.perf_counter()
+                try:
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, check=False)
+                    rows = [json.loads(ln[7:]) for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+                    row = rows[0] if rows else {"net": net, "dtype": dtype, "error": proc.stderr[-1500:] or "no result"}
+                except subprocess.TimeoutExpired:
+                    row = {"net": net, "dtype": dtype, "error": f"timed out after {args.timeout_s} s"}
+                row["process"], row["job_s"] = process, round(time.perf_counter() - t0, 1)
+                with out.open("a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+                print(f"{net:20s} {dtype:7s} process {process} {row['job_s']:6.1f}s {row.get('error', 'ok')[:200]}",
+                      flush=True)  # fmt: skip
+    print(summarize(out))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nets", default="resnet50,efficientnet_b0")
-    p.add_argument("--rounds", type=int, default=40)
-    p.add_argument("--out", default=None)
+    p.add_argument("--nets", default="mynet,resnet50", help=f"zoo networks ({','.join(zoo.NETS)})")
+    p.add_argument("--dtypes", default="float32,amp", help="float32 (TF32, NCHW), amp (float16 autocast, NHWC)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--rounds", type=int, default=150, help="rotations of the variants' slots")
+    p.add_argument("--slot-steps", type=int, default=3, help="steps per slot")
+    p.add_argument("--processes", type=int, default=3, help="new processes per (network, dtype)")
+    p.add_argument("--timeout-s", type=float, default=300)
+    p.add_argument("--out", default="passthrough.jsonl")
+    p.add_argument("--summarize", default=None, help="print the table of a results file and stop")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--net", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--dtype", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
-    rows = []
-    for net in args.nets.split(","):
-        for amp in (False, True):
-            row = run(net, amp, args.rounds)
-            rows.append(row)
-            print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(rows, fh, indent=1)
+    nets = set(args.nets.split(",")) if not args.child else {args.net}
+    unknown = sorted(nets - set(zoo.NETS)) + sorted(set(args.dtypes.split(",")) - set(zoo.DTYPES))
+    if unknown:
+        p.error(f"unknown network or dtype: {','.join(unknown)} (networks: {','.join(zoo.NETS)}; dtypes: "
+                f"{','.join(zoo.DTYPES)})")  # fmt: skip
+    if args.summarize:
+        print(summarize(Path(args.summarize)))
+    elif args.child:
+        print("RESULT " + json.dumps(run(args.net, args.dtype, args.device, args.rounds, args.slot_steps)), flush=True)
+    else:
+        os.environ.setdefault("PYTHONUNBUFFERED", "1")
+        _drive(args)
 
 
 if __name__ == "__main__":
