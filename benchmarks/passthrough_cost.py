@@ -123,11 +123,12 @@ def run(net: str, dtype: str, device: str, rounds: int, slot_steps: int) -> dict
         slot(name, 0)
     walls: dict[str, list[float]] = {v: [] for v in order}
     hosts: dict[str, list[float]] = {v: [] for v in order}
-    for r in range(rounds):
-        for name in order if r % 2 == 0 else order[::-1]:
-            wall_ms, host_ms = slot(name, r * steps)
-            walls[name].append(round(wall_ms, 4))
-            hosts[name].append(round(host_ms, 4))
+    with zoo.frozen_heap():  # the collection before each slot sees only the steps' garbage (zoo.frozen_heap)
+        for r in range(rounds):
+            for name in order if r % 2 == 0 else order[::-1]:
+                wall_ms, host_ms = slot(name, r * steps)
+                walls[name].append(round(wall_ms, 4))
+                hosts[name].append(round(host_ms, 4))
     out: dict = {"net": net, "dtype": dtype, "device": device, "rounds": rounds, "slot_steps": steps,
                  "order": order, "stats": hook.stats()}  # fmt: skip
     for v in order:
@@ -166,7 +167,8 @@ def _drive(args) -> None:
         for process in range(args.processes):
             for dtype in args.dtypes.split(","):
                 cmd = [sys.executable, __file__, "--child", "--net", net, "--dtype", dtype, "--device", args.device,
-                       "--rounds", str(args.rounds), "--slot-steps", str(args.slot_steps)]  # fmt: skip
+                       "--rounds", str(args.rounds), "--slot-steps", str(args.slot_steps),
+                       *(["--cpus", args.cpus] if args.cpus else [])]  # fmt: skip
                 t0 = time.perf_counter()
                 try:
                     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, check=False)
@@ -174,7 +176,7 @@ def _drive(args) -> None:
                     row = rows[0] if rows else {"net": net, "dtype": dtype, "error": proc.stderr[-1500:] or "no result"}
                 except subprocess.TimeoutExpired:
                     row = {"net": net, "dtype": dtype, "error": f"timed out after {args.timeout_s} s"}
-                row["process"], row["job_s"] = process, round(time.perf_counter() - t0, 1)
+                row["process"], row["job_s"], row["cpus"] = process, round(time.perf_counter() - t0, 1), args.cpus
                 with out.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
                 print(f"{net:20s} {dtype:7s} process {process} {row['job_s']:6.1f}s {row.get('error', 'ok')[:200]}",
@@ -191,6 +193,7 @@ def main() -> None:
     p.add_argument("--slot-steps", type=int, default=3, help="steps per slot")
     p.add_argument("--processes", type=int, default=3, help="new processes per (network, dtype)")
     p.add_argument("--timeout-s", type=float, default=300)
+    p.add_argument("--cpus", default=None, help="pin every process to these cores (e.g. 0-7)")
     p.add_argument("--out", default="passthrough.jsonl")
     p.add_argument("--summarize", default=None, help="print the table of a results file and stop")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -205,6 +208,8 @@ def main() -> None:
     if args.summarize:
         print(summarize(Path(args.summarize)))
     elif args.child:
+        if args.cpus:
+            os.sched_setaffinity(0, zoo._cpu_set(args.cpus))  # before torch starts its threads: they inherit it
         print("RESULT " + json.dumps(run(args.net, args.dtype, args.device, args.rounds, args.slot_steps)), flush=True)
     else:
         os.environ.setdefault("PYTHONUNBUFFERED", "1")
