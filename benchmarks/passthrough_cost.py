@@ -41,8 +41,15 @@ from pathlib import Path
 
 import zoo
 
-VARIANTS = ("default", "again", "python-wrapper", "python-wrapper-per-step", "hook-enable", "hook-enabled-per-step",
-            "hook-python-path")
+VARIANTS = (
+    "default",
+    "again",
+    "python-wrapper",
+    "python-wrapper-per-step",
+    "hook-enable",
+    "hook-enabled-per-step",
+    "hook-python-path",
+)
 
 
 def _variants(hook, functional):
@@ -153,8 +160,9 @@ def summarize(path: Path) -> str:
             if wall is None or host is None:
                 continue
             host_ms = sorted(t for r in group for t in r[f"{v}_hosts_ms"])
+            median_ms = host_ms[len(host_ms) // 2]
             lines.append(f"| {net} | {dtype} | {len(group)} | {v} | {wall[0]:.4f} ({wall[1]:.4f}-{wall[2]:.4f}) | "
-                         f"{host[0]:.4f} ({host[1]:.4f}-{host[2]:.4f}) | {host_ms[len(host_ms) // 2]:.3f} |")  # fmt: skip
+                         f"{host[0]:.4f} ({host[1]:.4f}-{host[2]:.4f}) | {median_ms:.3f} |")  # fmt: skip
     for r in rows:
         if "error" in r:
             lines.append(f"  failed: {r['net']} {r['dtype']}: {r['error'][-300:]}")
