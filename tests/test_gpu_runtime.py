@@ -25,8 +25,8 @@ class Preferring:
     """The shipped selector with a time predictor that makes one space's candidates ten times faster than PyTorch's
     default: the runtime's routing is what these tests exercise, not the model's predictions."""
 
-    def __init__(self, sel, space: str):
-        self._sel, self._space = sel, space
+    def __init__(self, sel, space: str, default_ms: float = 1.0):
+        self._sel, self._space, self._default_ms = sel, space, default_ms
 
     def __getattr__(self, name):
         return getattr(self._sel, name)
@@ -35,7 +35,7 @@ class Preferring:
         return False  # decide from the predicted times, never from the records
 
     def predicted_time_ms(self, problem, candidate_ids):
-        return {c: (0.1 if c.startswith(self._space + ":") else 1.0) for c in candidate_ids}
+        return {c: self._default_ms * (0.1 if c.startswith(self._space + ":") else 1.0) for c in candidate_ids}
 
     def host_us(self, problem, candidate_ids):
         return {}  # the route these tests exercise, whatever the records say of its host cost
@@ -396,11 +396,12 @@ def test_predict_measure_times_the_shortlist_and_puts_the_fastest_first():
     assert "pytorch:default" in {c.candidate_id for c in choices} and choices[0].source == "measured"
 
 
-@pytest.mark.parametrize("device_waits", [False, True])
+@pytest.mark.parametrize(("device_waits", "default_ms"), [(False, 0.1), (True, 0.1), (True, 1.0)])
 def test_a_switch_is_made_where_the_device_is_busy_and_dropped_where_it_waits(shipped, ext, tmp_path, monkeypatch,
-                                                                              device_waits):  # fmt: skip
+                                                                              device_waits, default_ms):  # fmt: skip
     """Probation (executor module docstring) on a real stream: calls queued behind a long kernel find the device
-    busy and get their switch; calls after a synchronization find it idle and keep PyTorch's path."""
+    busy and get their switch; calls after a synchronization find it idle and keep PyTorch's path. A switch
+    predicted to save 900 us a call (``PROBATION_EXEMPT_GAIN_US``) is made at once, the device idle or not."""
     from algosel.runtime import executor as executor_mod
     from algosel.runtime import hook
 
@@ -408,7 +409,8 @@ def test_a_switch_is_made_where_the_device_is_busy_and_dropped_where_it_waits(sh
     monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
     model, x = _cudnn_model()
     x = x.detach()
-    ex = hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path)
+    ex = hook.Executor(selector=Preferring(shipped, "cudnn", default_ms), cache=tmp_path)  # gain: 90 or 900 us
+    exempt = 900 * default_ms >= executor_mod.PROBATION_EXEMPT_GAIN_US
     hook.reset_stats()
     with hook.enabled(ex), torch.no_grad():
         for _ in range(12):
@@ -423,6 +425,10 @@ def test_a_switch_is_made_where_the_device_is_busy_and_dropped_where_it_waits(sh
     torch.cuda.synchronize()
     assert _close(y, model(x).detach())
     s = hook.stats()
+    if exempt:
+        assert set(s) == {"cudnn"}, s  # switched from the first call: no call probed
+        assert all(r.kind == "compiled" and r.probe is None for r in ex._routes.values())
+        return
     if device_waits:
         assert set(s) == {"pytorch:probing the device", "pytorch:device idle at the call"}, s
         assert all(r.kind == "native" for r in ex._routes.values())

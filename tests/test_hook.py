@@ -25,14 +25,14 @@ class Predicting:
     """A selector with a time predictor that says GEMM lowering takes a fifth of PyTorch's default time (the hook's
     decision is what is tested here, not the model's predictions)."""
 
-    def __init__(self, sel: Selector, gemm_ratio: float = 0.2):
-        self._sel, self._ratio = sel, gemm_ratio
+    def __init__(self, sel: Selector, gemm_ratio: float = 0.2, default_ms: float = 1.0):
+        self._sel, self._ratio, self._default_ms = sel, gemm_ratio, default_ms
 
     def __getattr__(self, name):
         return getattr(self._sel, name)
 
     def predicted_time_ms(self, problem, candidate_ids):
-        return {c: (self._ratio if c.startswith("gemm:") else 1.0) for c in candidate_ids}
+        return {c: self._default_ms * (self._ratio if c.startswith("gemm:") else 1.0) for c in candidate_ids}
 
 
 @pytest.fixture
@@ -638,6 +638,12 @@ def test_verify_mode_keeps_the_candidate_whose_kernel_and_launch_cost_least(ship
     assert d.host_us[ids[0]] == 520.0  # every measured host time is kept for judging it again
 
 
+def SMALL_GAIN(executor):  # noqa: N802 - reads as the selector it makes
+    """The executor fixture's selector, predicting PyTorch's default at 100 us and GEMM at 20: a gain of 80 us a
+    call, which probation judges (under ``PROBATION_EXEMPT_GAIN_US``)."""
+    return Predicting(executor.selector._sel, default_ms=0.1)
+
+
 @pytest.mark.parametrize(
     ("busy_looks", "expected"),
     [
@@ -653,7 +659,7 @@ def test_a_switch_is_made_only_where_the_device_is_busy_when_its_calls_arrive(ex
     monkeypatch.setattr(executor_mod, "device_busy", lambda x: next(looks))
     monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
     assert executor_mod.PROBE_CALLS == 8 and executor_mod.MIN_BUSY_FRACTION == 0.75
-    ex = hook.Executor(selector=executor.selector, live=False)
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM is predicted to pay
     with hook.enabled(ex):
         for i in range(10):
@@ -668,7 +674,7 @@ def test_a_switch_is_made_only_where_the_device_is_busy_when_its_calls_arrive(ex
 def test_looks_at_the_device_just_after_planning_do_not_count(executor, monkeypatch):
     monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
     monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 3600.0)  # every look is "just after" the first call's plan
-    ex = hook.Executor(selector=executor.selector, live=False)
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         for _ in range(20):
@@ -691,6 +697,24 @@ def test_without_a_device_to_look_at_the_switch_is_made_at_once(executor):
 def test_counts_of_the_executor_must_be_non_negative_integers(shipped, name, unit, value):
     with pytest.raises(ValueError, match=rf"^{name} must be a non-negative integer \({unit}\), got {value!r}$"):
         hook.Executor(selector=shipped, **{name: value})
+
+
+@pytest.mark.parametrize(("default_ms", "probed"), [(0.1, True), (0.24, True), (0.26, False), (1.0, False)])
+def test_a_switch_known_to_save_much_device_time_is_made_without_probation(executor, monkeypatch, default_ms, probed):
+    """GEMM predicted at a fifth of PyTorch's default: a gain of 0.8 x default_ms a call for the forward. At 200 us
+    (``PROBATION_EXEMPT_GAIN_US``) or more, the switch is made at once even though the device looks idle."""
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
+    assert executor_mod.PROBATION_EXEMPT_GAIN_US == 200.0
+    ex = hook.Executor(selector=Predicting(executor.selector._sel, default_ms=default_ms), live=False)
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # no gradients: the forward alone
+    with hook.enabled(ex):
+        torch.testing.assert_close(F.conv2d(x, w), REF(x, w), atol=1e-4, rtol=1e-4)
+    (route,) = ex._routes.values()
+    plan = ex._plans[route.problem]
+    assert plan.path == "gemm" and plan.gain_us == pytest.approx(800.0 * default_ms)
+    assert (route.probe is not None) == probed
+    assert hook.stats() == ({"pytorch:probing the device": 1} if probed else {"gemm": 1})
 
 
 def test_probe_calls_zero_switches_at_once(executor, monkeypatch):

@@ -23,6 +23,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
 import stat
 import struct
@@ -55,6 +56,14 @@ class Decision:
     @property
     def passes_through(self) -> bool:
         return self.candidate_id == "pytorch:default"
+
+    def gain_us(self) -> float:
+        """Device time per call the chosen candidate saves over PyTorch's default by ``times_ms`` (0 where either
+        time is unknown)."""
+        t, t_default = self.times_ms.get(self.candidate_id), self.times_ms.get("pytorch:default")
+        if t is None or t_default is None or math.isnan(t) or math.isnan(t_default):
+            return 0.0
+        return max(0.0, 1e3 * (t_default - t))
 
 
 def environment_key(fields: Mapping[str, Any]) -> str:

@@ -139,6 +139,14 @@ MIN_BUSY_FRACTION = 0.75
 #: A look at the device within this many seconds after the executor planned anything does not count: planning and
 #: measuring synchronize the device, which then sits idle until the host catches up with its queue again.
 PROBE_SETTLE_S = 0.05
+#: A switch whose known gain (records, measurement or predicted times) is at least this much device time per call
+#: (us, summed over the route's directions) is made at once, without probation. Probation looks at the calls of
+#: the convolution itself, and a convolution whose own slow default keeps the device busy (a fully connected mode
+#: conv, 20-30x slower in cuDNN than as one matrix product) can find the device idle at its own calls while the
+#: step waits on the device after it. Such a gain is at least 15 times the host time the costliest compiled route
+#: adds to a call (+13.4 us, H200, benchmarks/runtime_costs.py) and over 3 times the Python path's (60 us), so even
+#: a step that hides it entirely loses little.
+PROBATION_EXEMPT_GAIN_US = 200.0
 #: The reason of a pass-through whose device was found idle.
 DEVICE_IDLE = "device idle at the call"
 #: What a call that looks at the device counts as, per direction, in :func:`stats`.
@@ -181,6 +189,7 @@ class _Plan:
     runner: PreparedCandidate | None
     path: str  # "gemm", "cudnn" or "pytorch:<reason>"
     native_id: int = -1  # the plan's id in the compiled path, where it was loaded there
+    gain_us: float = 0.0  # device time per call the decision expects it to save over PyTorch's default
 
 
 def compiled_plans(plans: list[_Plan]) -> list[_Plan]:
@@ -692,6 +701,13 @@ class Executor:
         decision = self.decide(problem, device)
         if decision.passes_through:
             return _Plan(None, f"pytorch:{decision.reason or 'predicted best'}")
+        plan = self._switch_plan(problem, device, decision)
+        if plan.path in ("gemm", "cudnn"):
+            plan.gain_us = decision.gain_us()
+        return plan
+
+    def _switch_plan(self, problem: ConvProblem, device: torch.device, decision: Decision) -> _Plan:
+        """The plan that runs ``decision``'s candidate (PyTorch's path, with the reason, where it cannot)."""
         space_name, name = split_candidate_id(decision.candidate_id)
         if space_name == "cudnn" and device.type != "cuda":
             return _Plan(None, "pytorch:cudnn config needs a GPU")
@@ -766,7 +782,7 @@ class Executor:
             route = _Route("function", problem, reasons)  # its reasons are not counted: run_direction counts
         if route.kind != "function":
             _counted_routes.append(route)
-        if route.kind != "native" and self.probe_calls:
+        if route.kind != "native" and self.probe_calls and sum(p.gain_us for p in plans) < PROBATION_EXEMPT_GAIN_US:
             route.probe = _Probe()
         if self._recorder is not None and not self.selector.is_recorded(problem):
             route.unseen = self._recorder
