@@ -18,7 +18,11 @@ variants in which every convolution runs PyTorch's own kernel (so all of them sh
   convolution through (``min_gain_us=inf``): the compiled dispatch alone;
 - ``hook-enabled-per-step``: the same executor, ``with algosel.hook.enabled(ex):`` around every step (as the zoo's
   hook modes and most users write it);
-- ``hook-python-path``: ``hook-enable`` without the compiled dispatch table (``native=False``).
+- ``hook-python-path``: ``hook-enable`` without the compiled dispatch table (``native=False``);
+- ``hook-stepping-aside``: ``with algosel.hook.enabled(ex):`` around every step with an executor that may step aside
+  (the default): once it has met every convolution and switched none, its blocks leave ``F.conv2d`` alone.
+
+The executors of the other hook variants never step aside (``step_aside=False``): they measure the dispatch.
 
 Each (network, dtype) runs in a process of its own, ``--processes`` times. A row per process holds every slot's
 wall time per step (to the device's end) and host CPU time per step (every thread of the process, to the last
@@ -49,6 +53,7 @@ VARIANTS = (
     "hook-enable",
     "hook-enabled-per-step",
     "hook-python-path",
+    "hook-stepping-aside",
 )
 
 
@@ -65,8 +70,9 @@ def _variants(hook, functional):
 
         return switch
 
-    ex = hook.Executor(cache=False, min_gain_us=math.inf)  # every convolution passes through
-    ex_python = hook.Executor(cache=False, min_gain_us=math.inf, native=False)
+    ex = hook.Executor(cache=False, min_gain_us=math.inf, step_aside=False)  # every convolution passes through
+    ex_python = hook.Executor(cache=False, min_gain_us=math.inf, native=False, step_aside=False)
+    ex_aside = hook.Executor(cache=False, min_gain_us=math.inf)
     none, nothing = contextlib.nullcontext, (lambda: None)
 
     @contextlib.contextmanager
@@ -85,6 +91,7 @@ def _variants(hook, functional):
         "hook-enable": (lambda: hook.enable(ex), hook.disable, none),
         "hook-enabled-per-step": (nothing, nothing, lambda: hook.enabled(ex)),
         "hook-python-path": (lambda: hook.enable(ex_python), hook.disable, none),
+        "hook-stepping-aside": (nothing, nothing, lambda: hook.enabled(ex_aside)),
     }
 
 

@@ -10,8 +10,8 @@ Every job runs in a process of its own (PyTorch caches the plan it picked per sh
 benchmark flag, so benchmark mode needs its own), and appends one JSON line per (network, dtype) to ``--out``:
 
 - ``paired``: PyTorch's default, the hook in prediction mode (``hook.enabled()``), in verify mode
-  (``hook.enabled(verify=3)``) and, as a control, the hook with every convolution passing through (``native``: what
-  the dispatch alone costs, and how far two modes that run the same kernels differ in this run) side by side in one
+  (``hook.enabled(verify=3)``) and, as a control, the hook with every convolution passing through and routed in
+  every block (``native``, ``step_aside=False``: what the dispatch alone costs) side by side in one
   process (pass-through convolutions share PyTorch's plans), and in autocast steps benchmark mode as a fifth
   (``cudnn.benchmark`` with cuDNN's TF32 switch off: the float16 convolutions' math does not change, but PyTorch
   keys its plans by the switch, so benchmark mode tunes plans of its own in the same process, its first pass
@@ -154,8 +154,8 @@ def _mode(mode: str, hook):
         # reads the first process's)
         folder = cache_root() / ("zoo-verify" if PROCESS == 0 else f"zoo-verify-p{PROCESS}")
         return lambda: hook.enabled(verify=3, cache=folder, **sel)
-    if mode == "native":
-        return lambda: hook.enabled(cache=False, min_gain_us=math.inf, **sel)
+    if mode == "native":  # routed in every block (never stepping aside): what the dispatch costs
+        return lambda: hook.enabled(cache=False, min_gain_us=math.inf, step_aside=False, **sel)
     if mode == TUNED:
         return _tuned
     return contextlib.nullcontext

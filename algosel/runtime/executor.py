@@ -142,11 +142,21 @@ PROBE_SETTLE_S = 0.05
 #: A switch whose known gain (records, measurement or predicted times) is at least this much device time per call
 #: (us, summed over the route's directions) is made at once, without probation. Probation looks at the calls of
 #: the convolution itself, and a convolution whose own slow default keeps the device busy (a fully connected mode
-#: conv, 20-30x slower in cuDNN than as one matrix product) can find the device idle at its own calls while the
-#: step waits on the device after it. Such a gain is at least 15 times the host time the costliest compiled route
-#: adds to a call (+13.4 us, H200, benchmarks/runtime_costs.py) and over 3 times the Python path's (60 us), so even
-#: a step that hides it entirely loses little.
-PROBATION_EXEMPT_GAIN_US = 200.0
+#: conv, 20-30x slower in cuDNN than as one matrix product: milliseconds a call) can find the device idle at its own
+#: calls while the step waits on the device after it. Not lower: at 200 us, the tutorial's MyNet had one switch
+#: exempted (its 1x7 convolution's two gradients, 152 + 88 us a call by its records), which cut its kernel time by
+#: 0.27 ms a step and made the host-bound step 1.027x the default's, against 1.009x for the pass-through control
+#: (H200, 2026-12-02, benchmarks/zoo.py --nets mynet --aa --rounds 300 --processes 2).
+PROBATION_EXEMPT_GAIN_US = 1000.0
+#: An executor whose every route is PyTorch's own (nothing switched, or every switch dropped by probation) and
+#: that met no new call signature in this many ``enabled()`` blocks in a row steps aside: its next blocks leave
+#: ``F.conv2d`` as PyTorch's own, so that they cost what the hook switched off costs. Even the compiled dispatch of a
+#: pass-through costs a host-bound step about 1% (MyNet, H200: 1.012x with the hook on, a Python wrapper 1.001x,
+#: the default against itself 1.004x; benchmarks/passthrough_cost.py).
+STEP_ASIDE_AFTER_BLOCKS = 2
+#: A stepped-aside executor still routes one block in this many, to meet call signatures that are new (an input
+#: size not seen before); a new one makes it route every block again until it is quiet again.
+LOOK_AGAIN_EVERY_BLOCKS = 50
 #: The reason of a pass-through whose device was found idle.
 DEVICE_IDLE = "device idle at the call"
 #: What a call that looks at the device counts as, per direction, in :func:`stats`.
@@ -329,6 +339,10 @@ class Executor:
     probe_calls : int, optional
         Calls of a switching route that look whether the device waits for the host before the switch is made
         (default ``PROBE_CALLS``; 0: switch at once). See the module docstring.
+    step_aside : bool
+        Leave ``F.conv2d`` as PyTorch's own in ``enabled()`` blocks once every route passes through and no new call
+        signature came for ``STEP_ASIDE_AFTER_BLOCKS`` blocks (one block in ``LOOK_AGAIN_EVERY_BLOCKS`` is still
+        routed, to meet new ones).
     """
 
     def __init__(
@@ -342,6 +356,7 @@ class Executor:
         native: bool | None = None,
         record: str | os.PathLike | None = None,
         probe_calls: int | None = None,
+        step_aside: bool = True,
     ):
         if selector is None:
             from algosel.learn.models import load_default  # noqa: PLC0415
@@ -381,6 +396,12 @@ class Executor:
         #: Seconds spent deciding (measuring, building plans), for benchmarks of the first pass.
         self.planning_s = 0.0
         self.measured_problems = 0
+        self.step_aside = bool(step_aside)
+        #: ``enabled()`` blocks in a row that met no new call signature, and blocks stepped aside so far.
+        self.quiet_blocks = 0
+        self.blocks_aside = 0
+        self._routes_changed = True  # a route made or re-decided since _all_native was last computed
+        self._all_native = False
 
     # ---------------------------------------------------------------------------------------- resources
     def _dispatch_table(self):
@@ -415,6 +436,27 @@ class Executor:
             owner.slots.remove((table, slot))
         self._slot_routes[slot] = route
         route.slots.append((table, slot))
+
+    def block_done(self, routes_before: int) -> None:
+        """An ``enabled()`` block of this executor ended; ``routes_before``: its routes when the block began."""
+        self.quiet_blocks = 0 if len(self._routes) != routes_before else self.quiet_blocks + 1
+
+    def stands_aside(self) -> bool:
+        """Whether the next ``enabled()`` block leaves ``F.conv2d`` as PyTorch's own (see ``step_aside``); counts
+        the block where it does."""
+        if not self.step_aside or self._recorder is not None or self.quiet_blocks < STEP_ASIDE_AFTER_BLOCKS:
+            return False
+        if self._routes_changed:
+            self._routes_changed = False
+            self._all_native = bool(self._routes) and all(
+                r.kind == "native" and r.probe is None for r in self._routes.values())  # fmt: skip
+        if not self._all_native:
+            return False
+        if (self.blocks_aside + 1) % LOOK_AGAIN_EVERY_BLOCKS == 0:  # a routed block, to meet new signatures
+            self.blocks_aside += 1
+            return False
+        self.blocks_aside += 1
+        return True
 
     def _live_ok(self) -> bool:
         if self._live is None:
@@ -787,6 +829,7 @@ class Executor:
         if self._recorder is not None and not self.selector.is_recorded(problem):
             route.unseen = self._recorder
         self._routes[key] = route
+        self._routes_changed = True
         return route
 
     def _native_route(self, problem: ConvProblem, plans: list[_Plan], grads, reasons) -> _Route:
@@ -985,6 +1028,7 @@ def _probe(ex: Executor, route: _Route, x: torch.Tensor) -> bool:
         _counts[PROBING] += len(route.reasons)
         return False
     route.probe = None
+    ex._routes_changed = True
     if probe.busy < MIN_BUSY_FRACTION * probe.calls:
         if route.kind == "function":  # counted per direction by run_direction until now
             _counted_routes.append(route)

@@ -108,10 +108,17 @@ def enabled(executor: Executor | None = None, **config: Any) -> Iterator[Executo
 
     ``**config`` configures the process's shared :class:`Executor` of that configuration (``verify=3`` to time
     the model's top 3 on each new problem, ``selector=``, ``min_gain_us=``...): entering the block again reuses its
-    decisions and plans.
+    decisions and plans. Once every convolution the executor met passes through and a few blocks in a row met no new
+    one, later blocks leave PyTorch's ``F.conv2d`` in place (the executor "steps aside", ``Executor.step_aside``),
+    routing one block now and then to meet new call signatures.
     """
     ex = _executor_for(executor, config)
     previous, patched = getattr(_executor._local, "executor", None), F.conv2d
+    if previous is None and patched is original_conv2d and _executor._global["executor"] is None and ex.stands_aside():
+        # Every route passes through and nothing new came for a while: PyTorch's own conv2d, at its own cost
+        yield ex
+        return
+    routes_before = len(ex._routes)
     F.conv2d = install_dispatch(conv2d, _unheld_conv2d)
     set_local_executor(ex)
     try:
@@ -119,6 +126,7 @@ def enabled(executor: Executor | None = None, **config: Any) -> Iterator[Executo
     finally:
         set_local_executor(previous)
         F.conv2d = patched
+        ex.block_done(routes_before)
 
 
 def patch_model(model: torch.nn.Module, executor: Executor | None = None, **config: Any) -> Executor:
