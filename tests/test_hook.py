@@ -673,6 +673,28 @@ def test_a_switch_is_made_only_where_the_device_is_busy_when_its_calls_arrive(ex
     assert hook.stats() == {"pytorch:probing the device": 7, expected: 3}, hook.stats()  # the 8th look decided
 
 
+@pytest.mark.parametrize(("idle_convs", "kept"), [(0, True), (1, True), (2, False)])
+def test_a_switch_busy_at_its_own_calls_is_dropped_where_most_of_the_networks_calls_find_the_device_idle(
+        executor, monkeypatch, idle_convs, kept):  # fmt: skip
+    """One convolution's calls find the device busy, ``idle_convs`` others' find it idle: pooled, the looks must find
+    it busy in MIN_NETWORK_BUSY_FRACTION (half) of them for the busy one's switch to be made."""
+    assert executor_mod.MIN_NETWORK_BUSY_FRACTION == 0.5
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: x.shape[0] == 4)  # the first convolution's batch
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    w = torch.randn(32, 64, 6, 6)
+    inputs = [torch.randn(4 + i, 64, 6, 6) for i in range(1 + idle_convs)]  # fully connected mode: all switch
+    with hook.enabled(ex):
+        for _ in range(10):
+            for x in inputs:
+                F.conv2d(x, w)
+    routes = {key[0][0]: r for key, r in ex._routes.items()}
+    assert routes[4].kind == ("function" if kept else "native")  # NCHW fc on CPU: the Python path
+    if not kept:
+        assert routes[4].reasons == ("pytorch:device idle at most of the network's calls",)
+    assert all(routes[n].reasons == ("pytorch:device idle at the call",) for n in routes if n != 4)
+
+
 def test_looks_at_the_device_just_after_planning_do_not_count(executor, monkeypatch):
     monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
     monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 3600.0)  # every look is "just after" the first call's plan

@@ -33,7 +33,9 @@ that switches a CUDA convolution away from PyTorch's path starts on probation: i
 convolution while the executor looks whether the device is still busy with earlier work when the call arrives
 (``cudaStreamQuery`` on the call's stream, about a microsecond). Where it is, in at least ``MIN_BUSY_FRACTION`` of
 ``PROBE_CALLS`` calls (the host is ahead, the device decides the step's time), the switch is made; where the device
-sat idle, the route passes through for good (``pytorch:device idle at the call``).
+sat idle, the route passes through for good (``pytorch:device idle at the call``); so does it where the looks of
+all the routes on probation, pooled, found the device busy in less than ``MIN_NETWORK_BUSY_FRACTION`` of them (the
+step as a whole is host-bound: ``pytorch:device idle at most of the network's calls``).
 """
 
 from __future__ import annotations
@@ -136,6 +138,15 @@ PROBE_CALLS = 8
 #: direction of EfficientNet-V2-S (24) and 12 of MyNet's 13, and kept 9 of EfficientNet-B0's 12 (docs/hook.md,
 #: "Probation").
 MIN_BUSY_FRACTION = 0.75
+#: ... and the least share of all the looks of the executor's routes on probation so far (every switching
+#: convolution of the network, pooled) that must have found it busy. A convolution's own calls can find the device
+#: busy right after a heavy layer in a step that is host-bound as a whole, whose end then waits on the host, not on
+#: the device: the tutorial's MyNet (its switching convolutions' calls found the device busy in about a quarter of
+#: the looks) kept one switch by the per-route share alone, which cut its kernel time by 0.04 ms a step and cost it
+#: 0.3 ms of host time (1.033x the default's step, H200, 2026-12-02). Set between the shares of the networks whose
+#: switches lost (0.09 and 0.26: EfficientNet-V2-S, MyNet) and those where they paid (0.72-0.86: EfficientNet-B0,
+#: MobileNetV3-L, DeepLabV3), by ``python benchmarks/device_busy.py``; no zoo run has measured it yet.
+MIN_NETWORK_BUSY_FRACTION = 0.5
 #: A look at the device within this many seconds after the executor planned anything does not count: planning and
 #: measuring synchronize the device, which then sits idle until the host catches up with its queue again.
 PROBE_SETTLE_S = 0.05
@@ -157,8 +168,10 @@ STEP_ASIDE_AFTER_BLOCKS = 2
 #: A stepped-aside executor still routes one block in this many, to meet call signatures that are new (an input
 #: size not seen before); a new one makes it route every block again until it is quiet again.
 LOOK_AGAIN_EVERY_BLOCKS = 50
-#: The reason of a pass-through whose device was found idle.
+#: The reason of a pass-through whose device was found idle at its calls ...
 DEVICE_IDLE = "device idle at the call"
+#: ... or at most of the calls of the network's switching convolutions.
+NETWORK_IDLE = "device idle at most of the network's calls"
 #: What a call that looks at the device counts as, per direction, in :func:`stats`.
 PROBING = "pytorch:probing the device"
 
@@ -368,6 +381,8 @@ class Executor:
         #: When this executor last planned a new call signature (time.perf_counter()): looks at the device just
         #: after it do not count (``PROBE_SETTLE_S``).
         self.planned_at_s = -math.inf
+        #: The looks of all its routes on probation, pooled (``MIN_NETWORK_BUSY_FRACTION``).
+        self.looks = _Probe()
         self.min_gain_us = min_gain_us
         self.max_workspace_bytes = max_workspace_bytes
         self._live = live
@@ -1022,18 +1037,21 @@ def _probe(ex: Executor, route: _Route, x: torch.Tensor) -> bool:
         route.probe = None
         return True
     if busy is not None and time.perf_counter() - ex.planned_at_s >= PROBE_SETTLE_S:
-        probe.calls += 1
-        probe.busy += busy
+        for looks in (probe, ex.looks):
+            looks.calls += 1
+            looks.busy += busy
     if probe.calls < ex.probe_calls:
         _counts[PROBING] += len(route.reasons)
         return False
     route.probe = None
     ex._routes_changed = True
-    if probe.busy < MIN_BUSY_FRACTION * probe.calls:
+    idle = (DEVICE_IDLE if probe.busy < MIN_BUSY_FRACTION * probe.calls
+            else NETWORK_IDLE if ex.looks.busy < MIN_NETWORK_BUSY_FRACTION * ex.looks.calls else None)  # fmt: skip
+    if idle is not None:
         if route.kind == "function":  # counted per direction by run_direction until now
             _counted_routes.append(route)
         route.kind = "native"
-        route.reasons = (f"pytorch:{DEVICE_IDLE}",) * len(route.reasons)
+        route.reasons = (f"pytorch:{idle}",) * len(route.reasons)
     return True
 
 
