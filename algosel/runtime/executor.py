@@ -142,10 +142,11 @@ MIN_BUSY_FRACTION = 0.75
 #: convolution of the network, pooled) that must have found it busy. A convolution's own calls can find the device
 #: busy right after a heavy layer in a step that is host-bound as a whole, whose end then waits on the host, not on
 #: the device: the tutorial's MyNet (its switching convolutions' calls found the device busy in about a quarter of
-#: the looks) kept one switch by the per-route share alone, which cut its kernel time by 0.04 ms a step and cost it
-#: 0.3 ms of host time (1.033x the default's step, H200, 2026-12-02). Set between the shares of the networks whose
-#: switches lost (0.09 and 0.26: EfficientNet-V2-S, MyNet) and those where they paid (0.72-0.86: EfficientNet-B0,
-#: MobileNetV3-L, DeepLabV3), by ``python benchmarks/device_busy.py``; no zoo run has measured it yet.
+#: the looks) kept one switch by the per-route share alone, which cut its kernel time by 0.04-0.08 ms a step and
+#: cost it 0.3-0.4 ms of host time (1.033x the default's step, H200, 2026-12-02). Set between the shares of the
+#: networks whose switches lost (0.09 and 0.26: EfficientNet-V2-S, MyNet) and those where they paid (0.72-0.86:
+#: EfficientNet-B0, MobileNetV3-L, DeepLabV3), by ``python benchmarks/device_busy.py``; no zoo run has measured it
+#: yet.
 MIN_NETWORK_BUSY_FRACTION = 0.5
 #: A look at the device within this many seconds after the executor planned anything does not count: planning and
 #: measuring synchronize the device, which then sits idle until the host catches up with its queue again.
