@@ -5,9 +5,9 @@
 One network of benchmarks/zoo.py, in one process: the default (D), the hook in the mode asked (P: ``predict``,
 ``verify`` or ``native``, the pass-through control) and the control (N), side by side in ABBA rotation of
 single steps (the median ratios to D); then two steps of D and two of P under torch.profiler, and the ops whose
-time per step differs most between them: host ops by self CPU time, then GPU kernels by duration. The hook's
-stats (routes per direction) say what P switched. Steps profiled in a process's first profiler session carry
-its start-up ("Activity Buffer Request"), so D is profiled once before the tables are taken.
+time per step differs most between them: host ops by self CPU time, then GPU kernels by duration. P's routes (per
+direction, by what they run: ``Executor.route_reasons``) say what it switched. Steps profiled in a process's first
+profiler session carry its start-up ("Activity Buffer Request"), so D is profiled once before the tables are taken.
 """
 
 from __future__ import annotations
@@ -63,9 +63,8 @@ def run(args) -> dict:
         result[f"{m}_step_ms"] = statistics.median(times[m])
     for m in ("P", "N"):
         result[f"{m}_vs_D"] = statistics.median(a / b for a, b in zip(times[m], times["D"]))
-    hook.reset_stats()
-    zoo._run_steps(step, ctx["P"], n)
-    result["P_stats"] = hook.stats()
+    with ctx["P"]() as ex:
+        result["P_routes"], result["P_blocks_aside"] = ex.route_reasons(), ex.blocks_aside
     _profile(step, ctx["D"], n, sync)  # the profiler's own start-up, outside the tables
     host_d, gpu_d = _profile(step, ctx["D"], 2 * n, sync)
     host_p, gpu_p = _profile(step, ctx["P"], 2 * n, sync)
@@ -87,7 +86,7 @@ def main() -> None:
     args = p.parse_args()
     result = run(args)
     print(f"{args.net} {args.dtype}: D {result['D_step_ms']:.2f} ms, {args.mode} x{result['P_vs_D']:.3f}, "
-          f"control x{result['N_vs_D']:.3f}; {args.mode}'s routes {result['P_stats']}")  # fmt: skip
+          f"control x{result['N_vs_D']:.3f}; {args.mode}'s routes {result['P_routes']}")  # fmt: skip
     for title, rows in (("host ops, self time", result["host_ops"]), ("GPU kernels", result["kernels"])):
         print(f"--- {title} per step: D calls, D us -> {args.mode} calls, {args.mode} us")
         for name, ca, ta, cb, tb in rows:

@@ -340,12 +340,13 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
         out[f"{m}_hosts_ms"] = [round(t, 3) for t in host[m]]
         if device == "cuda":
             out[f"{m}_kernel_ms"] = _kernel_ms(step, ctx[m], n)
-    hook.reset_stats()
-    _run_steps(step, ctx["verify"], n)
-    out["verify_stats"] = hook.stats()
-    hook.reset_stats()
-    _run_steps(step, ctx["predict"], n)
-    out["predict_stats"] = hook.stats()
+    for m in ("verify", "predict"):
+        # calls of one more pass by route (empty where the executor steps aside), and its routes by reason
+        hook.reset_stats()
+        _run_steps(step, ctx[m], n)
+        out[f"{m}_stats"] = hook.stats()
+        with ctx[m]() as ex:
+            out[f"{m}_routes"], out[f"{m}_blocks_aside"] = ex.route_reasons(), ex.blocks_aside
     return out
 
 

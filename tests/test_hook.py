@@ -771,13 +771,15 @@ def test_an_executor_that_switches_nothing_steps_aside_after_quiet_blocks(shippe
     x, w = torch.randn(2, 8, 10, 10), torch.randn(8, 8, 3, 3)
     assert _blocks(ex, x, w, 5) == [True, True, True, False, False]  # planned, then two quiet blocks
     assert sum(hook.stats().values()) == 3 and ex.blocks_aside == 2  # the calls of stepped-aside blocks: not routed
+    (reason,) = ex.route_reasons()  # one signature, one direction (no gradients asked)
+    assert reason.startswith("pytorch:") and ex.route_reasons()[reason] == 1
     routed = _blocks(ex, x, w, 100)
     assert [i for i, r in enumerate(routed) if r] == [47, 97]  # the 50th and 100th blocks aside look again
     assert sum(hook.stats().values()) == 5
     while ex.blocks_aside % 50 != 49:
         assert _blocks(ex, x, w, 1) == [False]
     assert _blocks(ex, torch.randn(2, 8, 12, 12), w, 1) == [True]  # the look again meets a new input size
-    assert ex.quiet_blocks == 0 and len(ex._routes) == 2
+    assert ex.quiet_blocks == 0 and len(ex._routes) == 2 and sum(ex.route_reasons().values()) == 2
     assert _blocks(ex, x, w, 3) == [True, True, False]  # routed until quiet again
 
 
@@ -785,6 +787,7 @@ def test_an_executor_with_a_switch_or_a_recorder_or_told_not_to_never_steps_asid
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM predicted to pay
     assert all(_blocks(executor, x, w, 6, padding=0))
     assert {r.kind for r in executor._routes.values()} == {"function"}  # switched (NCHW fc: the Python path)
+    assert executor.route_reasons() == {"gemm": 1}
     x, w = torch.randn(2, 8, 10, 10), torch.randn(8, 8, 3, 3)
     for ex in (hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf, step_aside=False),
                hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf,

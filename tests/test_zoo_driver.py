@@ -35,7 +35,8 @@ def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
             assert len(r[f"{mode}_hosts_ms"]) == 2 and min(r[f"{mode}_hosts_ms"]) <= r[f"{mode}_host_ms"]
         assert ("tuned_step_ms" in r) == (r["dtype"] == "amp")  # benchmark mode paired in autocast steps only
         assert r["predict_vs_default"] > 0 and r["verify_cold_first_pass_s"] > 0
-        assert sum(r["predict_stats"].values()) > 0  # the hook routed the steps' convolutions
+        assert sum(r["predict_routes"].values()) > 0  # the hook planned the steps' convolutions
+        assert r["predict_blocks_aside"] >= 0 and isinstance(r["predict_stats"], dict)
     assert "geomean step time / default over 4 (network, dtype)" in res.stdout
     assert "benchmark mode paired (autocast), over 2:" in res.stdout
     assert "| fpn | float32 |" in res.stdout
@@ -141,7 +142,7 @@ def test_step_profile_prints_its_tables_and_writes_them(tmp_path):
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     result = json.loads(out.read_text())
-    assert result["P_vs_D"] > 0 and result["N_vs_D"] > 0 and sum(result["P_stats"].values()) > 0
+    assert result["P_vs_D"] > 0 and result["N_vs_D"] > 0 and sum(result["P_routes"].values()) > 0
     assert 4 <= len(result["host_ops"]) <= 12 and result["kernels"] == []  # no GPU here: no kernels
     # the convolutions rank among the most costly ops of a CPU step (12: the order of the others varies with load)
     assert any("convolution" in row[0] for row in result["host_ops"])

@@ -453,6 +453,12 @@ class Executor:
         self._slot_routes[slot] = route
         route.slots.append((table, slot))
 
+    def route_reasons(self) -> dict[str, int]:
+        """The directions of every call signature planned so far, by what they run (``cudnn``, ``gemm`` or
+        ``pytorch:<reason>``): what the executor switched and why the rest passes through. Unlike :func:`stats`
+        (calls), it stays whole where the executor steps aside."""
+        return dict(Counter(reason for route in self._routes.values() for reason in route.reasons))
+
     def block_done(self, routes_before: int) -> None:
         """An ``enabled()`` block of this executor ended; ``routes_before``: its routes when the block began."""
         self.quiet_blocks = 0 if len(self._routes) != routes_before else self.quiet_blocks + 1
