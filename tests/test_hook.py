@@ -493,6 +493,24 @@ def test_torch_compile_keeps_the_hooked_convolutions_in_one_graph(executor, swit
     assert x.grad is not None and hook.stats().get("gemm", 0) >= 1, hook.stats()
 
 
+def test_an_executor_met_under_torch_compile_routes_every_block(shipped):
+    """A compiled graph guards on F.conv2d: an executor whose convolutions ran as the custom op never steps aside
+    (which would swap F.conv2d and compile the graph again)."""
+    model = _net()
+    ex = hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf)  # nothing switched
+    x = torch.randn(4, 3, 8, 8)
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(model, backend="aot_eager")
+        for _ in range(6):
+            with hook.enabled(ex):
+                assert F.conv2d is not REF
+                torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+    finally:
+        torch._dynamo.reset()
+    assert not ex.step_aside and ex.blocks_aside == 0 and ex.route_reasons()
+
+
 def test_record_mode_keeps_the_unrecorded_problems_met_with_call_counts(shipped, tmp_path, monkeypatch):
     from algosel.measure.layers import load_layers
     from algosel.runtime.unseen import ENV_VAR

@@ -34,6 +34,9 @@ def conv2d_op(x: Tensor, w: Tensor, b: Tensor | None, stride: list[int], padding
     with torch.no_grad():
         if ex is None:
             return original_conv2d(x, w, b, stride, padding, dilation, groups)
+        # A compiled graph guards on F.conv2d, which stepping aside would swap (a compilation more): this
+        # executor keeps routing every block
+        ex.step_aside = False
         return run_conv(ex, x, w, b, tuple(stride), tuple(padding), tuple(dilation), groups)
 
 
