@@ -726,6 +726,30 @@ def test_looks_at_the_device_just_after_planning_do_not_count(executor, monkeypa
     assert hook.stats() == {"pytorch:probing the device": 20}
 
 
+def test_looks_just_after_another_executors_planning_do_not_count(executor, monkeypatch):
+    """Planning may measure, which synchronizes the device for every executor: the settling time after it holds
+    for the looks of all of them."""
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: True)
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 3600.0)
+    monkeypatch.setattr(executor_mod, "_planned_at_s", [-math.inf])
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    other = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
+    with hook.enabled(ex):
+        F.conv2d(x, w)  # planned now: its own look does not count
+    (route,) = ex._routes.values()
+    assert route.probe is not None and route.probe.calls == 0
+    executor_mod._planned_at_s[0] = -math.inf  # as if that planning were long past
+    with hook.enabled(ex):
+        F.conv2d(x, w)
+    assert route.probe.calls == 1
+    with hook.enabled(other):
+        F.conv2d(torch.randn(5, 64, 6, 6), w)  # another executor plans a signature of its own
+    with hook.enabled(ex):
+        F.conv2d(x, w)
+    assert route.probe.calls == 1
+
+
 def test_without_a_device_to_look_at_the_switch_is_made_at_once(executor):
     """CPU tensors: ``device_busy`` cannot tell, so the decision stands from the first call."""
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)

@@ -3,6 +3,7 @@ result row per (network, dtype) with every measurement the docs' table reads, an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -86,6 +87,45 @@ def test_an_unknown_dtype_is_one_line_naming_it(tmp_path):
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 2 and "--dtypes: unknown bf16 (choose from float32,amp)" in res.stderr
     assert not (tmp_path / "z").exists()
+
+
+def test_passthrough_cost_writes_a_row_per_process_and_pools_them(tmp_path, monkeypatch):
+    """benchmarks/passthrough_cost.py on the CPU: every variant's slots (wall and host), one row per process, and
+    the pooled table; an unknown network is one line naming it."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from passthrough_cost import VARIANTS
+
+    out = tmp_path / "pt.jsonl"
+    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
+    script = str(REPO / "benchmarks" / "passthrough_cost.py")
+    cmd = [sys.executable, script, "--nets", "mynet", "--dtypes", "float32", "--device", "cpu", "--rounds", "4",
+           "--slot-steps", "1", "--processes", "2", "--cpus", "0", "--out", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["process"] for r in rows] == [0, 1] and all(r["cpus"] == "0" for r in rows)
+    for r in rows:
+        assert "error" not in r, r["error"]
+        assert r["order"][0] == "default" and sorted(r["order"]) == sorted(VARIANTS)
+        assert all(len(r[f"{v}_steps_ms"]) == len(r[f"{v}_hosts_ms"]) == 4 for v in VARIANTS)
+    for v in VARIANTS[1:]:
+        assert f"| mynet | float32 | 2 | {v} | " in res.stdout
+    bad = subprocess.run([sys.executable, script, "--nets", "lenet"], capture_output=True, text=True, timeout=120,
+                         check=False)  # fmt: skip
+    assert bad.returncode == 2 and "unknown network or dtype: lenet" in bad.stderr.strip().splitlines()[-1]
+
+
+def test_the_rotation_runs_with_the_heap_frozen_and_thaws_it_after(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import gc
+
+    import zoo
+
+    seen = []
+    times = zoo.rotate(lambda i: seen.append(gc.get_freeze_count()), {"a": contextlib.nullcontext}, 2, 1,
+                       lambda: None)  # fmt: skip
+    assert len(times["a"]) == 2 and min(seen) > 0  # the objects alive before it: out of the collector's reach
+    assert gc.get_freeze_count() == 0
 
 
 def test_pooled_ratio_resamples_processes_as_well_as_slots(monkeypatch):

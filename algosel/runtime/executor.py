@@ -176,6 +176,11 @@ NETWORK_IDLE = "device idle at most of the network's calls"
 #: What a call that looks at the device counts as, per direction, in :func:`stats`.
 PROBING = "pytorch:probing the device"
 
+#: When any executor of the process last planned a new call signature (time.perf_counter()): planning may measure,
+#: which synchronizes the device for every executor's calls, so looks at the device just after it do not count
+#: (``PROBE_SETTLE_S``).
+_planned_at_s = [-math.inf]
+
 _counts: Counter[str] = Counter()
 #: Routes counted by call (native, GEMM and compiled routes of every executor), for :func:`stats`.
 _counted_routes: list[_Route] = []
@@ -379,9 +384,6 @@ class Executor:
         self.selector = selector
         self.verify = _count("verify", verify, "candidates to time")
         self.probe_calls = _count("probe_calls", PROBE_CALLS if probe_calls is None else probe_calls, "calls")
-        #: When this executor last planned a new call signature (time.perf_counter()): looks at the device just
-        #: after it do not count (``PROBE_SETTLE_S``).
-        self.planned_at_s = -math.inf
         #: The looks of all its routes on probation, pooled (``MIN_NETWORK_BUSY_FRACTION``).
         self.looks = _Probe()
         self.min_gain_us = min_gain_us
@@ -1043,7 +1045,7 @@ def _probe(ex: Executor, route: _Route, x: torch.Tensor) -> bool:
     if busy is None and not x.is_cuda:  # nothing to look at (CPU): the decision stands
         route.probe = None
         return True
-    if busy is not None and time.perf_counter() - ex.planned_at_s >= PROBE_SETTLE_S:
+    if busy is not None and time.perf_counter() - _planned_at_s[0] >= PROBE_SETTLE_S:
         for looks in (probe, ex.looks):
             looks.calls += 1
             looks.busy += busy
@@ -1126,7 +1128,7 @@ def _first_call(ex: Executor, key, x, w, b, stride, padding, dilation, groups, c
         try:
             return ex.route(key, problem, x.device, grads)
         finally:
-            ex.planned_at_s = time.perf_counter()
+            _planned_at_s[0] = time.perf_counter()
 
 
 # ------------------------------------------------------------------------------------------- switches
