@@ -846,3 +846,41 @@ def test_a_block_inside_a_switched_on_hook_does_not_step_aside(shipped):
         assert all(_blocks(ex, x, w, 6)) and ex.blocks_aside == 0
     finally:
         hook.disable()
+
+
+def test_under_enable_an_executor_with_nothing_to_switch_steps_aside_between_optimizer_steps(shipped):
+    """enable() has no blocks: each optimizer step ends one. After two quiet steps the next ones run PyTorch's own
+    F.conv2d; one step in LOOK_AGAIN_EVERY_BLOCKS runs the hook's; disable() leaves PyTorch's."""
+    ex = hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf)
+    model = torch.nn.Conv2d(8, 8, 3, padding=1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(2, 8, 10, 10)
+    routed = []
+    hook.enable(ex)
+    try:
+        for _ in range(60):
+            routed.append(F.conv2d is not REF)
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+    finally:
+        hook.disable()
+    assert F.conv2d is REF
+    assert [i for i, r in enumerate(routed) if r] == [0, 1, 2, 52], routed  # planned, two quiet steps; a look again
+    assert ex.blocks_aside == 58 and len(ex._routes) == 1  # every step after the first two quiet ones
+
+
+def test_under_enable_a_switch_keeps_the_hook_on_between_optimizer_steps(executor):
+    model = torch.nn.Conv2d(64, 32, 6)  # fully connected mode on a 6x6 input: GEMM predicted to pay
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(4, 64, 6, 6)
+    hook.enable(executor)
+    try:
+        for _ in range(5):
+            assert F.conv2d is not REF
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+    finally:
+        hook.disable()
+    assert executor.blocks_aside == 0 and "gemm" in executor.route_reasons()

@@ -88,11 +88,38 @@ def _executor_for(executor: Executor | None, config: dict[str, Any]) -> Executor
 
 
 def enable(executor: Executor | None = None, **config: Any) -> Executor:
-    """Route every ``F.conv2d`` of the process (``**config`` configures the shared :class:`Executor`)."""
+    """Route every ``F.conv2d`` of the process (``**config`` configures the shared :class:`Executor`).
+
+    Each optimizer step (``torch.optim``'s global step hook) ends a block, as the end of an ``enabled()`` block
+    does: an executor with nothing to switch steps aside between steps in the same way (see :func:`enabled`).
+    """
     ex = _executor_for(executor, config)
     set_global_executor(ex)
+    _global_blocks["routes"] = len(ex._routes)
     F.conv2d = install_dispatch(conv2d, _unheld_conv2d)
+    if _global_blocks.get("hook") is None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: PLC0415
+
+        _global_blocks["hook"] = register_optimizer_step_post_hook(_after_optimizer_step)
     return ex
+
+
+#: The global executor's routes at the last optimizer step, and the step hook of :func:`enable` (registered once).
+_global_blocks: dict[str, Any] = {"routes": 0, "hook": None}
+
+
+def _after_optimizer_step(optimizer, args, kwargs) -> None:
+    """A training step of the process ended: the switched-on executor's block ends, and the next step runs with
+    PyTorch's own ``F.conv2d`` where the executor steps aside (or with the hook's again where it does not)."""
+    ex = _executor._global["executor"]
+    if ex is None or getattr(_executor._local, "executor", None) is not None:
+        return  # off, or inside an enabled() block of this thread, which restores F.conv2d itself
+    dispatch = install_dispatch(conv2d, _unheld_conv2d)
+    if F.conv2d is not dispatch and F.conv2d is not original_conv2d:
+        return  # someone else's F.conv2d: left alone
+    ex.block_done(_global_blocks["routes"])
+    _global_blocks["routes"] = len(ex._routes)
+    F.conv2d = original_conv2d if ex.stands_aside() else dispatch
 
 
 def disable() -> None:
