@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import json
 import math
 import os
@@ -58,40 +57,41 @@ VARIANTS = (
 
 
 def _variants(hook, functional):
-    """Per variant: (switch on for the slot, switch off after it, the context of each step)."""
+    """Per variant: (the context of each of its slots, the context of each step)."""
     original = functional.conv2d
 
     def wrapper(*args, **kwargs):
         return original(*args, **kwargs)
 
-    def set_conv(fn):
-        def switch():
-            functional.conv2d = fn
-
-        return switch
-
-    ex = hook.Executor(cache=False, min_gain_us=math.inf, step_aside=False)  # every convolution passes through
-    ex_python = hook.Executor(cache=False, min_gain_us=math.inf, native=False, step_aside=False)
-    ex_aside = hook.Executor(cache=False, min_gain_us=math.inf)
-    none, nothing = contextlib.nullcontext, (lambda: None)
-
     @contextlib.contextmanager
-    def wrapped_step():
-        functional.conv2d = wrapper
+    def conv_is(fn):
+        functional.conv2d = fn
         try:
             yield
         finally:
             functional.conv2d = original
 
+    @contextlib.contextmanager
+    def switched_on(ex):
+        hook.enable(ex)
+        try:
+            yield
+        finally:
+            hook.disable()
+
+    ex = hook.Executor(cache=False, min_gain_us=math.inf, step_aside=False)  # every convolution passes through
+    ex_python = hook.Executor(cache=False, min_gain_us=math.inf, native=False, step_aside=False)
+    ex_aside = hook.Executor(cache=False, min_gain_us=math.inf)
+    none = contextlib.nullcontext
     return {
-        "default": (nothing, nothing, none),
-        "again": (nothing, nothing, none),
-        "python-wrapper": (set_conv(wrapper), set_conv(original), none),
-        "python-wrapper-per-step": (nothing, nothing, wrapped_step),
-        "hook-enable": (lambda: hook.enable(ex), hook.disable, none),
-        "hook-enabled-per-step": (nothing, nothing, lambda: hook.enabled(ex)),
-        "hook-python-path": (lambda: hook.enable(ex_python), hook.disable, none),
-        "hook-stepping-aside": (nothing, nothing, lambda: hook.enabled(ex_aside)),
+        "default": (none, none),
+        "again": (none, none),
+        "python-wrapper": (lambda: conv_is(wrapper), none),
+        "python-wrapper-per-step": (none, lambda: conv_is(wrapper)),
+        "hook-enable": (lambda: switched_on(ex), none),
+        "hook-enabled-per-step": (none, lambda: hook.enabled(ex)),
+        "hook-python-path": (lambda: switched_on(ex_python), none),
+        "hook-stepping-aside": (none, lambda: hook.enabled(ex_aside)),
     }
 
 
@@ -113,36 +113,14 @@ def run(net: str, dtype: str, device: str, rounds: int, slot_steps: int) -> dict
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     variants = _variants(hook, F)
     order = _order(VARIANTS)
+    slots = {v: variants[v][0] for v in order}
+    per_step = {v: variants[v][1] for v in order}
     steps = n if n > 1 else slot_steps
-
-    def slot(name: str, first: int) -> tuple[float, float]:
-        on, off, per_step = variants[name]
-        gc.collect()  # a variant's garbage is not collected in the next variant's slot
-        sync()
-        on()
-        try:
-            t0, c0 = time.perf_counter(), time.process_time()
-            for i in range(first, first + steps):
-                with per_step():
-                    step(i)
-            cpu_s = time.process_time() - c0
-            sync()
-            wall_s = time.perf_counter() - t0
-        finally:
-            off()
-        return 1e3 * wall_s / steps, 1e3 * cpu_s / steps
-
     for name in order:  # first passes: the hook plans every convolution once (passing it through)
-        slot(name, 0)
-        slot(name, 0)
-    walls: dict[str, list[float]] = {v: [] for v in order}
-    hosts: dict[str, list[float]] = {v: [] for v in order}
-    with zoo.frozen_heap():  # the collection before each slot sees only the steps' garbage (zoo.frozen_heap)
-        for r in range(rounds):
-            for name in order if r % 2 == 0 else order[::-1]:
-                wall_ms, host_ms = slot(name, r * steps)
-                walls[name].append(round(wall_ms, 4))
-                hosts[name].append(round(host_ms, 4))
+        with slots[name]():
+            zoo._run_steps(step, per_step[name], 2 * steps)
+    hosts: dict[str, list[float]] = {}
+    walls = zoo.rotate(step, per_step, rounds, steps, sync, hosts, slots)
     out: dict = {"net": net, "dtype": dtype, "device": device, "rounds": rounds, "slot_steps": steps,
                  "order": order, "stats": hook.stats()}  # fmt: skip
     for v in order:

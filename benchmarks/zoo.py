@@ -201,12 +201,14 @@ def _wall_s(step, ctx, count: int, sync, first: int = 0) -> float:
     return time.perf_counter() - t0
 
 
-def rotate(step, ctx: dict, rounds: int, steps: int, sync, host: dict | None = None) -> dict[str, list[float]]:
+def rotate(step, ctx: dict, rounds: int, steps: int, sync, host: dict | None = None,
+           slots: dict | None = None) -> dict[str, list[float]]:  # fmt: skip
     """ms per step of each mode's slots of ``steps`` steps, the modes in ABBA rotation (``ctx``'s order, then
     reversed) for ``rounds`` rounds: neighbouring slots of two modes pair up for their ratios. ``host``, if given,
     receives each slot's host ms per step (CPU time of the process, every thread, to the last step's return: the
     synchronisation after it not included), measured in the same rotation, so that drift between blocks of this
-    machine does not read as a difference between modes."""
+    machine does not read as a difference between modes. ``slots``, if given, holds per mode a context entered
+    around each of its slots (``ctx``'s is entered around each step)."""
     times: dict[str, list[float]] = {m: [] for m in ctx}
     if host is not None:
         host.update({m: [] for m in ctx})
@@ -219,11 +221,12 @@ def rotate(step, ctx: dict, rounds: int, steps: int, sync, host: dict | None = N
                 # own)
                 gc.collect()
                 sync()
-                t0, c0 = time.perf_counter(), time.process_time()
-                _run_steps(step, ctx[m], steps)
-                cpu_s = time.process_time() - c0
-                sync()
-                times[m].append(1e3 * (time.perf_counter() - t0) / steps)
+                with slots[m]() if slots else contextlib.nullcontext():
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    _run_steps(step, ctx[m], steps)
+                    cpu_s = time.process_time() - c0
+                    sync()
+                    times[m].append(1e3 * (time.perf_counter() - t0) / steps)
                 if host is not None:
                     host[m].append(1e3 * cpu_s / steps)
     return times

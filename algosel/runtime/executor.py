@@ -148,8 +148,9 @@ MIN_BUSY_FRACTION = 0.75
 #: EfficientNet-B0, MobileNetV3-L, DeepLabV3), by ``python benchmarks/device_busy.py``; no zoo run has measured it
 #: yet.
 MIN_NETWORK_BUSY_FRACTION = 0.5
-#: A look at the device within this many seconds after the executor planned anything does not count: planning and
-#: measuring synchronize the device, which then sits idle until the host catches up with its queue again.
+#: A look at the device within this many seconds after any executor of the process planned anything does not
+#: count: planning and measuring synchronize the device, which then sits idle until the host catches up with its
+#: queue again.
 PROBE_SETTLE_S = 0.05
 #: A switch whose known gain (records, measurement or predicted times) is at least this much device time per call
 #: (us, summed over the route's directions) is made at once, without probation. Probation looks at the calls of
