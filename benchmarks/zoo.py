@@ -46,6 +46,7 @@ import gc
 import json
 import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -203,8 +204,8 @@ def _wall_s(step, ctx, count: int, sync, first: int = 0) -> float:
 
 def rotate(step, ctx: dict, rounds: int, steps: int, sync, host: dict | None = None,
            slots: dict | None = None) -> dict[str, list[float]]:  # fmt: skip
-    """ms per step of each mode's slots of ``steps`` steps, the modes in ABBA rotation (``ctx``'s order, then
-    reversed) for ``rounds`` rounds: neighbouring slots of two modes pair up for their ratios. ``host``, if given,
+    """ms per step of each mode's slots of ``steps`` steps, the modes in ABBA rotation for ``rounds`` rounds (see
+    :func:`round_order`): the slots of one round pair up for their ratios. ``host``, if given,
     receives each slot's host ms per step (CPU time of the process, every thread, to the last step's return: the
     synchronisation after it not included), measured in the same rotation, so that drift between blocks of this
     machine does not read as a difference between modes. ``slots``, if given, holds per mode a context entered
@@ -212,10 +213,9 @@ def rotate(step, ctx: dict, rounds: int, steps: int, sync, host: dict | None = N
     times: dict[str, list[float]] = {m: [] for m in ctx}
     if host is not None:
         host.update({m: [] for m in ctx})
-    order = list(ctx)
     with frozen_heap():
         for r in range(rounds):
-            for m in order if r % 2 == 0 else order[::-1]:
+            for m in round_order(list(ctx), r):
                 # Python's cyclic collector runs when allocations cross its thresholds: collected before each slot,
                 # a mode's garbage is not collected in the next mode's slot (its own collections still count in its
                 # own)
@@ -230,6 +230,17 @@ def rotate(step, ctx: dict, rounds: int, steps: int, sync, host: dict | None = N
                 if host is not None:
                     host[m].append(1e3 * cpu_s / steps)
     return times
+
+
+def round_order(modes: list[str], r: int) -> list[str]:
+    """The order of the modes' slots in round ``r``: pairs of rounds in ABBA order (a drift that is linear over a
+    pair of rounds adds the same to every mode), each pair in an order of its own drawn at random (seeded by the
+    pair's number; the first pair in ``modes``'s order). Over many rounds a mode then takes every place in the
+    round and follows every other mode, so that what a place costs or gains (right after the default's slot, first
+    after a reversal, two slots of one mode in a row) is not read as a difference between modes."""
+    pair = r // 2
+    order = list(modes) if pair == 0 else random.Random(pair).sample(modes, len(modes))  # noqa: S311
+    return order if r % 2 == 0 else order[::-1]
 
 
 @contextlib.contextmanager
@@ -324,9 +335,9 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
     _first_passes(step, ctx, n, sync, out)
     for m in modes:
         _run_steps(step, ctx[m], 2)
-    # Slots of a few steps (a pass over the inputs for the FPN) in rotation D P V N N V P D ..., each timed to its
-    # end: host-bound steps of this machine vary by 30% from block to block, far more than between neighbours, and
-    # single steps by 10-15% (a slot of 3 averages that down).
+    # Slots of a few steps (a pass over the inputs for the FPN) in rotation (D P V N, N V P D, then pairs of rounds
+    # in orders drawn at random), each timed to its end: host-bound steps of this machine vary by 30% from block to
+    # block, far more than between neighbours, and single steps by 10-15% (a slot of 3 averages that down).
     steps = n if n > 1 else max(1, slot_steps)
     out["slot_steps"] = steps
     host: dict[str, list[float]] = {}

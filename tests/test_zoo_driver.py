@@ -215,3 +215,18 @@ def test_device_busy_says_in_one_line_what_it_cannot_do_here(spec, message):
     res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "device_busy.py"), spec], capture_output=True,
                          text=True, timeout=120, check=False)  # fmt: skip
     assert res.returncode == 2 and res.stderr.startswith(message) and len(res.stderr.splitlines()) == 1, res.stderr
+
+
+def test_every_mode_takes_every_place_of_the_rotation_and_follows_every_other(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import zoo
+
+    modes = ["default", "predict", "verify", "native", "again"]
+    orders = [zoo.round_order(modes, r) for r in range(200)]
+    assert orders[0] == modes and orders[1] == modes[::-1]  # a pair of rounds: ABBA
+    assert all(orders[r + 1] == orders[r][::-1] for r in range(0, 200, 2))
+    assert all(sorted(o) == sorted(modes) for o in orders)
+    assert orders == [zoo.round_order(modes, r) for r in range(200)]  # seeded: every run rotates alike
+    for m in modes:
+        assert {o.index(m) for o in orders} == set(range(len(modes)))
+        assert {o[o.index(m) - 1] for o in orders if o.index(m) > 0} == set(modes) - {m}
