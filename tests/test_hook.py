@@ -691,26 +691,29 @@ def test_a_switch_is_made_only_where_the_device_is_busy_when_its_calls_arrive(ex
     assert hook.stats() == {"pytorch:probing the device": 7, expected: 3}, hook.stats()  # the 8th look decided
 
 
-@pytest.mark.parametrize(("idle_convs", "kept"), [(0, True), (1, True), (2, False)])
+@pytest.mark.parametrize(("busy_convs", "idle_convs", "kept"), [(1, 0, True), (4, 1, True), (2, 1, False),
+                                                                (1, 1, False)])  # fmt: skip
 def test_a_switch_busy_at_its_own_calls_is_dropped_where_most_of_the_networks_calls_find_the_device_idle(
-        executor, monkeypatch, idle_convs, kept):  # fmt: skip
-    """One convolution's calls find the device busy, ``idle_convs`` others' find it idle: pooled, the looks must find
-    it busy in MIN_NETWORK_BUSY_FRACTION (half) of them for the busy one's switch to be made."""
-    assert executor_mod.MIN_NETWORK_BUSY_FRACTION == 0.5
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: x.shape[0] == 4)  # the first convolution's batch
+        executor, monkeypatch, busy_convs, idle_convs, kept):  # fmt: skip
+    """``busy_convs`` convolutions' calls find the device busy, ``idle_convs`` others' find it idle: pooled, the
+    looks must find it busy in MIN_NETWORK_BUSY_FRACTION (three quarters) of them for the busy ones' switches to be
+    made (4 of 5: kept; 2 of 3, 1 of 2: dropped)."""
+    assert executor_mod.MIN_NETWORK_BUSY_FRACTION == 0.75
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: x.shape[0] < 4 + busy_convs)  # by the batch
     monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
     ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
     w = torch.randn(32, 64, 6, 6)
-    inputs = [torch.randn(4 + i, 64, 6, 6) for i in range(1 + idle_convs)]  # fully connected mode: all switch
+    inputs = [torch.randn(4 + i, 64, 6, 6) for i in range(busy_convs + idle_convs)]  # fully connected mode: all switch
     with hook.enabled(ex):
         for _ in range(10):
             for x in inputs:
                 F.conv2d(x, w)
     routes = {key[0][0]: r for key, r in ex._routes.items()}
-    assert routes[4].kind == ("function" if kept else "native")  # NCHW fc on CPU: the Python path
-    if not kept:
-        assert routes[4].reasons == ("pytorch:device idle at most of the network's calls",)
-    assert all(routes[n].reasons == ("pytorch:device idle at the call",) for n in routes if n != 4)
+    for n in range(4, 4 + busy_convs):
+        assert routes[n].kind == ("function" if kept else "native")  # NCHW fc on CPU: the Python path
+        if not kept:
+            assert routes[n].reasons == ("pytorch:device idle at most of the network's calls",)
+    assert all(routes[n].reasons == ("pytorch:device idle at the call",) for n in routes if n >= 4 + busy_convs)
 
 
 def test_looks_at_the_device_just_after_planning_do_not_count(executor, monkeypatch):

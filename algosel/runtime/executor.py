@@ -143,11 +143,14 @@ MIN_BUSY_FRACTION = 0.75
 #: busy right after a heavy layer in a step that is host-bound as a whole, whose end then waits on the host, not on
 #: the device: the tutorial's MyNet (its switching convolutions' calls found the device busy in about a quarter of
 #: the looks) kept one switch by the per-route share alone, which cut its kernel time by 0.04-0.08 ms a step and
-#: cost it 0.3-0.4 ms of host time (1.033x the default's step, H200, 2026-12-02). Set between the shares of the
-#: networks whose switches lost (0.09 and 0.26: EfficientNet-V2-S, MyNet) and those where they paid (0.72-0.86:
-#: EfficientNet-B0, MobileNetV3-L, DeepLabV3), by ``python benchmarks/device_busy.py``; no zoo run has measured it
-#: yet.
-MIN_NETWORK_BUSY_FRACTION = 0.5
+#: cost it 0.3-0.4 ms of host time (1.033x the default's step, H200, 2026-12-02). At one half, the pooled share of
+#: MyNet's routes on probation fell on either side of it from run to run: one run dropped every switch (the
+#: executor stepped aside in 895 of 900 blocks), the next kept the 1x7 convolution's (1.012x and 1.031x the
+#: default's, benchmarks/results/zoo-h200-20261202-mynet-*-aa.jsonl). Three quarters, the per-route share, keeps
+#: the networks whose switches paid (MobileNetV3-L's convolutions found the device busy in 0.83 of the default's
+#: calls, ``python benchmarks/device_busy.py``; 0.978x the default's step with 9 switched directions) and drops
+#: those whose did not (EfficientNet-B0, 0.72: 1.011x with 8).
+MIN_NETWORK_BUSY_FRACTION = 0.75
 #: A look at the device within this many seconds after any executor of the process planned anything does not
 #: count: planning and measuring synchronize the device, which then sits idle until the host catches up with its
 #: queue again.
