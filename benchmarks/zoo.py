@@ -149,7 +149,8 @@ def _mode(mode: str, hook):
 
         sel = {"selector": _selector(Selector, MODEL)}
     if mode == "predict":
-        return lambda: hook.enabled(cache=cache_root() / "zoo-predict", **sel)
+        predict_folder = cache_root() / "zoo-predict"  # made once, as verify mode's: a step pays nothing for it
+        return lambda: hook.enabled(cache=predict_folder, **sel)
     if mode == "verify":
         # a cache of its own per repeated process, so that each process's cold first pass is cold (the warm job
         # reads the first process's)
