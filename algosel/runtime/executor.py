@@ -146,10 +146,10 @@ MIN_BUSY_FRACTION = 0.75
 #: cost it 0.3-0.4 ms of host time (1.033x the default's step, H200, 2026-12-02). At one half, the pooled share of
 #: MyNet's routes on probation fell on either side of it from run to run: one run dropped every switch (the
 #: executor stepped aside in 895 of 900 blocks), the next kept the 1x7 convolution's (1.012x and 1.031x the
-#: default's, benchmarks/results/zoo-h200-20261202-mynet-*-aa.jsonl). Three quarters, the per-route share, keeps
-#: the networks whose switches paid (MobileNetV3-L's convolutions found the device busy in 0.83 of the default's
-#: calls, ``python benchmarks/device_busy.py``; 0.978x the default's step with 9 switched directions) and drops
-#: those whose did not (EfficientNet-B0, 0.72: 1.011x with 8).
+#: default's, benchmarks/results/zoo-h200-20261202-mynet-*-aa.jsonl). At three quarters, the per-route share, three
+#: MyNet processes of three dropped them and stood aside, while EfficientNet-B0 and MobileNetV3-L (whose default's
+#: convolutions found the device busy in 0.72 and 0.83 of their calls, ``python benchmarks/device_busy.py``) kept 5
+#: and 7 switched directions, as at one half (docs/hook.md, "Stepping aside, measured").
 MIN_NETWORK_BUSY_FRACTION = 0.75
 #: A look at the device within this many seconds after any executor of the process planned anything does not
 #: count: planning and measuring synchronize the device, which then sits idle until the host catches up with its
