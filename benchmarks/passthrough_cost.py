@@ -96,7 +96,8 @@ def _variants(hook, functional):
 
 
 def _order(variants: tuple[str, ...]) -> list[str]:
-    """The rotation: ``again`` in the middle, farthest from ``default`` (D A' ... reversed every other round)."""
+    """The variants' order in the first pair of rounds (``again`` in the middle, farthest from ``default``), and the
+    order the rows record; ``zoo.rotate`` draws each later pair's order at random (``zoo.round_order``)."""
     rest = [v for v in variants if v not in ("default", "again")]
     half = len(rest) // 2
     return ["default", *rest[:half], *(["again"] if "again" in variants else []), *rest[half:]]

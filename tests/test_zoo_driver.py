@@ -230,3 +230,14 @@ def test_every_mode_takes_every_place_of_the_rotation_and_follows_every_other(mo
     for m in modes:
         assert {o.index(m) for o in orders} == set(range(len(modes)))
         assert {o[o.index(m) - 1] for o in orders if o.index(m) > 0} == set(modes) - {m}
+
+
+def test_block_entry_cost_times_each_configuration_with_its_executor_standing_aside(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.setenv("ALGOSEL_CACHE_DIR", str(tmp_path))
+    import block_entry_cost
+
+    us = block_entry_cost.run(str(REPO / "models" / "h200-cudnn91900"), blocks=50, repeats=1)
+    assert list(us) == ["nullcontext", "prediction, cache Path made once", "prediction, cache Path made per block",
+                        "verify=3, cache Path made once"]  # fmt: skip
+    assert all(v > 0 for v in us.values())  # run() raises where an executor did not step aside
