@@ -204,16 +204,20 @@ def _wall_s(step, ctx, count: int, sync, first: int = 0) -> float:
 
 
 def rotate(step, ctx: dict, rounds: int, steps: int, sync, host: dict | None = None,
-           slots: dict | None = None) -> dict[str, list[float]]:  # fmt: skip
+           slots: dict | None = None, threads: dict | None = None) -> dict[str, list[float]]:  # fmt: skip
     """ms per step of each mode's slots of ``steps`` steps, the modes in ABBA rotation for ``rounds`` rounds (see
     :func:`round_order`): the slots of one round pair up for their ratios. ``host``, if given,
     receives each slot's host ms per step (CPU time of the process, every thread, to the last step's return: the
     synchronisation after it not included), measured in the same rotation, so that drift between blocks of this
     machine does not read as a difference between modes. ``slots``, if given, holds per mode a context entered
-    around each of its slots (``ctx``'s is entered around each step)."""
+    around each of its slots (``ctx``'s is entered around each step). ``threads``, if given, receives each slot's
+    CPU ms per step of every thread by name (:func:`thread_cpu_ns`), read outside the timed region: the main
+    thread's includes the synchronisation at the slot's end."""
     times: dict[str, list[float]] = {m: [] for m in ctx}
     if host is not None:
         host.update({m: [] for m in ctx})
+    if threads is not None:
+        threads.update({m: [] for m in ctx})
     with frozen_heap():
         for r in range(rounds):
             for m in round_order(list(ctx), r):
@@ -222,6 +226,7 @@ def rotate(step, ctx: dict, rounds: int, steps: int, sync, host: dict | None = N
                 # own)
                 gc.collect()
                 sync()
+                before = thread_cpu_ns() if threads is not None else None
                 with slots[m]() if slots else contextlib.nullcontext():
                     t0, c0 = time.perf_counter(), time.process_time()
                     _run_steps(step, ctx[m], steps)
@@ -230,7 +235,41 @@ def rotate(step, ctx: dict, rounds: int, steps: int, sync, host: dict | None = N
                     times[m].append(1e3 * (time.perf_counter() - t0) / steps)
                 if host is not None:
                     host[m].append(1e3 * cpu_s / steps)
+                if before is not None:
+                    after = thread_cpu_ns()
+                    threads[m].append({k: (after[k] - before.get(k, 0)) / 1e6 / steps for k in after})
     return times
+
+
+def thread_cpu_ns() -> dict[str, int]:
+    """CPU time (ns) of each thread of this process now, summed by thread name (``main``: the main thread).
+
+    Read through each thread's CPU clock (Linux's clock id of a thread id), so that a difference in host time
+    between modes can be placed: the main thread enqueueing work, autograd's threads running the backward, or
+    threads of a library. Empty where the clocks cannot be read."""
+    pid, out = os.getpid(), {}
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return {}
+    for tid in tids:
+        try:
+            ns = time.clock_gettime_ns(((~tid) << 3) | 6)  # the kernel's per-thread CPUCLOCK_SCHED clock id
+            name = "main" if tid == pid else Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+        except OSError:  # the thread ended between the listing and the read
+            continue
+        out[name] = out.get(name, 0) + ns
+    return out
+
+
+def thread_deltas_ms(threads: dict[str, list[dict[str, float]]], mode: str, base: str = "default"
+                     ) -> dict[str, float]:  # fmt: skip
+    """Per thread name, the median over rounds of ``mode``'s slot CPU ms per step minus ``base``'s slot of the
+    same round: where ``mode``'s extra host time is spent."""
+    a, b = threads.get(mode) or [], threads.get(base) or []
+    names = sorted({k for slot in (*a, *b) for k in slot})
+    return {k: round(statistics.median(x.get(k, 0.0) - y.get(k, 0.0) for x, y in zip(a, b)), 4)
+            for k in names} if a and len(a) == len(b) else {}  # fmt: skip
 
 
 def round_order(modes: list[str], r: int) -> list[str]:
@@ -342,7 +381,8 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
     steps = n if n > 1 else max(1, slot_steps)
     out["slot_steps"] = steps
     host: dict[str, list[float]] = {}
-    times = rotate(step, ctx, rounds, steps, sync, host)
+    threads: dict[str, list[dict[str, float]]] = {}
+    times = rotate(step, ctx, rounds, steps, sync, host, threads=threads)
     for m in modes:
         out[f"{m}_step_ms"] = statistics.median(times[m])
         out[f"{m}_steps_ms"] = [round(t, 3) for t in times[m]]
@@ -353,6 +393,10 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
     for m in modes:
         out[f"{m}_host_ms"] = statistics.median(host[m])
         out[f"{m}_hosts_ms"] = [round(t, 3) for t in host[m]]
+        out[f"{m}_threads_ms"] = {k: round(statistics.median(s.get(k, 0.0) for s in threads[m]), 4)
+                                  for k in sorted({k for s in threads[m] for k in s})}  # fmt: skip
+        if m != "default":
+            out[f"{m}_threads_vs_default_ms"] = thread_deltas_ms(threads, m)
         if device == "cuda":
             out[f"{m}_kernel_ms"] = _kernel_ms(step, ctx[m], n)
     for m in ("verify", "predict"):
@@ -594,9 +638,29 @@ def summarize(path: Path) -> str:
             lo, hi = r.get(f"{AGAIN}_interval") or (math.nan, math.nan)
             lines.append(f"A/A, the default against itself ({net}, {dtype}): {r[f'{AGAIN}_vs_default']:.3f} "
                          f"({lo:.3f}-{hi:.3f})")  # fmt: skip
+    lines.extend(thread_lines(paired))
     for r in errors:
         lines.append(f"  failed: {r['job']} {r['net']} {r['dtype']}: {r['error'][-300:]}")
     return "\n".join(lines)
+
+
+def thread_lines(paired: dict[tuple[str, str], list[dict]], top: int = 3) -> list[str]:
+    """Per (network, dtype) and hook mode, the threads whose CPU time per step differs most from the default's
+    (the mean over processes of each process's median paired difference, ms), where the rows recorded it."""
+    lines = []
+    for (net, dtype), group in sorted(paired.items()):
+        parts = []
+        for m in (*MODES[1:], AGAIN):
+            per_process = [r[f"{m}_threads_vs_default_ms"] for r in group if r.get(f"{m}_threads_vs_default_ms")]
+            if not per_process:
+                continue
+            names = {k for d in per_process for k in d}
+            mean = {k: sum(d.get(k, 0.0) for d in per_process) / len(per_process) for k in names}
+            biggest = sorted(mean.items(), key=lambda kv: -abs(kv[1]))[:top]
+            parts.append(f"{m} " + ", ".join(f"{k} {v:+.3f}" for k, v in biggest))
+        if parts:
+            lines.append(f"CPU ms per step against the default's, by thread ({net}, {dtype}): " + "; ".join(parts))
+    return lines
 
 
 def main() -> None:

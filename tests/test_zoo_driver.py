@@ -34,6 +34,9 @@ def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
             assert len(r[f"{mode}_steps_ms"]) == 2 and r[f"{mode}_step_ms"] > 0 and r[f"{mode}_host_ms"] > 0
             # host time per step from the same rotated slots as the step times
             assert len(r[f"{mode}_hosts_ms"]) == 2 and min(r[f"{mode}_hosts_ms"]) <= r[f"{mode}_host_ms"]
+            assert r[f"{mode}_threads_ms"]["main"] > 0  # CPU time by thread, from the same slots
+            if mode != "default":
+                assert "main" in r[f"{mode}_threads_vs_default_ms"]
         assert ("tuned_step_ms" in r) == (r["dtype"] == "amp")  # benchmark mode paired in autocast steps only
         assert r["predict_vs_default"] > 0 and r["verify_cold_first_pass_s"] > 0
         assert sum(r["predict_routes"].values()) > 0  # the hook planned the steps' convolutions
@@ -41,6 +44,7 @@ def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
     assert "geomean step time / default over 4 (network, dtype)" in res.stdout
     assert "benchmark mode paired (autocast), over 2:" in res.stdout
     assert "| fpn | float32 |" in res.stdout
+    assert "CPU ms per step against the default's, by thread (mynet, float32): predict main " in res.stdout
 
 
 def test_repeated_processes_are_pooled_in_the_table(tmp_path):
@@ -241,3 +245,32 @@ def test_block_entry_cost_times_each_configuration_with_its_executor_standing_as
     assert list(us) == ["nullcontext", "prediction, cache Path made once", "prediction, cache Path made per block",
                         "verify=3, cache Path made once"]  # fmt: skip
     assert all(v > 0 for v in us.values())  # run() raises where an executor did not step aside
+
+
+def test_thread_cpu_places_cpu_time_on_the_thread_that_spent_it(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import threading
+    import time
+
+    import zoo
+
+    def spin(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    before = zoo.thread_cpu_ns()
+    assert "main" in before
+    spin(0.05)
+    worker = threading.Thread(target=spin, args=(0.1,))
+    worker.start()
+    mid = zoo.thread_cpu_ns()  # while the worker spins: it is listed under its name, apart from the main thread
+    worker.join()
+    assert mid["main"] - before["main"] >= 40e6
+    assert sum(v for k, v in mid.items() if k != "main") > sum(v for k, v in before.items() if k != "main")
+    slots = {
+        "default": [{"main": 1.0, "w": 0.5}, {"main": 2.0, "w": 0.5}, {"main": 1.0}],
+        "predict": [{"main": 1.2, "w": 0.5}, {"main": 2.1, "w": 0.6}, {"main": 1.3, "w": 0.1}],
+    }
+    assert zoo.thread_deltas_ms(slots, "predict") == {"main": pytest.approx(0.2), "w": pytest.approx(0.1)}
+    assert zoo.thread_deltas_ms({"predict": slots["predict"]}, "predict") == {}  # no default slots to pair with
