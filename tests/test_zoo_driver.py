@@ -274,3 +274,36 @@ def test_thread_cpu_places_cpu_time_on_the_thread_that_spent_it(monkeypatch):
     }
     assert zoo.thread_deltas_ms(slots, "predict") == {"main": pytest.approx(0.2), "w": pytest.approx(0.1)}
     assert zoo.thread_deltas_ms({"predict": slots["predict"]}, "predict") == {}  # no default slots to pair with
+
+
+def test_the_warm_job_counts_only_its_own_dtype_s_measurements_and_the_table_flags_a_cold_cache(monkeypatch, tmp_path):
+    """The verify executor is the process's (shared by the dtypes of one job): each row counts what its own pass
+    timed, and a warm pass that timed problems is shown as not warm."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import types
+
+    import zoo
+
+    ex = types.SimpleNamespace(measured_problems=5)  # what an earlier dtype's pass left in the shared executor
+
+    def step(i):
+        if zoo_mode[0] == "verify":
+            ex.measured_problems += 3
+
+    zoo_mode = ["default"]
+
+    def fake_mode(mode, hook):
+        def enter():
+            zoo_mode[0] = mode
+            return contextlib.nullcontext(ex if mode == "verify" else None)
+
+        return enter
+
+    monkeypatch.setattr(zoo, "_build", lambda name, dtype, device: (step, 1))
+    monkeypatch.setattr(zoo, "_mode", fake_mode)
+    rows = [zoo.job_warm("mynet", dtype, device="cpu") for dtype in ("float32", "amp")]
+    assert [r["verify_warm_measured_problems"] for r in rows] == [3, 3]
+    results = tmp_path / "warm.jsonl"
+    results.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    table = zoo.summarize(results)
+    assert table.count("(not warm: 3 timed)") == 2
