@@ -653,8 +653,9 @@ def summarize(path: Path) -> str:
 
 
 def thread_lines(paired: dict[tuple[str, str], list[dict]], top: int = 3) -> list[str]:
-    """Per (network, dtype) and hook mode, the threads whose CPU time per step differs most from the default's
-    (the mean over processes of each process's median paired difference, ms), where the rows recorded it."""
+    """Per (network, dtype) and hook mode, the main thread's CPU time per step against the default's and the
+    ``top - 1`` other threads' that differ most (the mean over processes of each process's median paired
+    difference, ms), where the rows recorded it."""
     lines = []
     for (net, dtype), group in sorted(paired.items()):
         parts = []
@@ -664,7 +665,9 @@ def thread_lines(paired: dict[tuple[str, str], list[dict]], top: int = 3) -> lis
                 continue
             names = {k for d in per_process for k in d}
             mean = {k: sum(d.get(k, 0.0) for d in per_process) / len(per_process) for k in names}
-            biggest = sorted(mean.items(), key=lambda kv: -abs(kv[1]))[:top]
+            # the main thread (which enqueues the step) always, then the threads that differ most
+            others = sorted(((k, v) for k, v in mean.items() if k != "main"), key=lambda kv: -abs(kv[1]))
+            biggest = [("main", mean.get("main", 0.0)), *others[: top - 1]]
             parts.append(f"{m} " + ", ".join(f"{k} {v:+.3f}" for k, v in biggest))
         if parts:
             lines.append(f"CPU ms per step against the default's, by thread ({net}, {dtype}): " + "; ".join(parts))
