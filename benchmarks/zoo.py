@@ -87,6 +87,10 @@ SMOKE = os.environ.get("ALGOSEL_ZOO_SMOKE") == "1"
 #: (D P V N A, then reversed): what two identical modes read apart is the measurement's own floor and position bias.
 AGAIN = "again"
 AA = os.environ.get("ALGOSEL_ZOO_AA") == "1"
+#: ``--look-first``: verify mode looks at the device before timing a new problem (``Executor.look_first``); its
+#: cold cost is then counted over the passes until every signature is decided (:data:`SETTLE_PASSES` at most).
+LOOK_FIRST = os.environ.get("ALGOSEL_ZOO_LOOK_FIRST") == "1"
+SETTLE_PASSES = 12
 
 
 # ----------------------------------------------------------------------------------------------- one job
@@ -155,7 +159,8 @@ def _mode(mode: str, hook):
         # a cache of its own per repeated process, so that each process's cold first pass is cold (the warm job
         # reads the first process's)
         folder = cache_root() / ("zoo-verify" if PROCESS == 0 else f"zoo-verify-p{PROCESS}")
-        return lambda: hook.enabled(verify=3, cache=folder, **sel)
+        extra = {"look_first": True} if LOOK_FIRST else {}
+        return lambda: hook.enabled(verify=3, cache=folder, **extra, **sel)
     if mode == "native":  # routed in every block (never stepping aside): what the dispatch costs
         return lambda: hook.enabled(cache=False, min_gain_us=math.inf, step_aside=False, **sel)
     if mode == TUNED:
@@ -334,6 +339,9 @@ def _first_passes(step, ctx: dict, n: int, sync, out: dict) -> None:
         before = ex.planning_s, ex.measured_problems  # counted per executor: a process's earlier dtype's too
     t0 = time.perf_counter()
     out["verify_cold_first_pass_s"] = _wall_s(step, ctx["verify"], n, sync)
+    out["verify_look_first"] = LOOK_FIRST
+    if LOOK_FIRST:  # the timing comes after the looks: count every pass until no signature is undecided
+        _settle(step, ctx, n, sync, out)
     with ctx["verify"]() as ex:
         out["verify_planning_s"] = ex.planning_s - before[0]
         out["verify_measured_problems"] = ex.measured_problems - before[1]
@@ -341,6 +349,25 @@ def _first_passes(step, ctx: dict, n: int, sync, out: dict) -> None:
     out["predict_first_pass_s"] = _wall_s(step, ctx["predict"], n, sync)
     if TUNED in ctx:  # its tuning: every shape is new to its plan keys
         out["tuned_first_pass_s"] = _wall_s(step, ctx[TUNED], n, sync)
+
+
+def _undecided(ctx) -> int:
+    """Call signatures of verify mode's executor still looking at the device or on probation."""
+    with ctx["verify"]() as ex:
+        return sum(r.probe is not None for r in ex._routes.values()) + len(ex._looked - set(ex._routes))
+
+
+def _settle(step, ctx: dict, n: int, sync, out: dict) -> None:
+    """Verify mode's passes after its first until every signature is decided (at most :data:`SETTLE_PASSES`), and
+    the cold cost as one first pass: their time and the first pass's, less the default's steady pass for each
+    pass after the first. Compared with benchmark mode's tuning as the first pass alone is without looking."""
+    passes, total = 1, out["verify_cold_first_pass_s"]
+    while passes < SETTLE_PASSES and _undecided(ctx):
+        total += _wall_s(step, ctx["verify"], n, sync)
+        passes += 1
+    steady = _wall_s(step, ctx["default"], n, sync)
+    out["verify_cold_passes"], out["verify_cold_raw_s"], out["default_steady_pass_s"] = passes, total, steady
+    out["verify_cold_first_pass_s"] = total - (passes - 1) * steady
 
 
 def job_cold(name: str, dtype: str, device: str = "cuda") -> dict:
@@ -500,6 +527,7 @@ def drive(args) -> None:
             ALGOSEL_ZOO_PROCESS=str(process),
             **({"ALGOSEL_ZOO_MODEL": args.model} if args.model else {}),
             **({"ALGOSEL_ZOO_AA": "1"} if args.aa else {}),
+            **({"ALGOSEL_ZOO_LOOK_FIRST": "1"} if args.look_first else {}),
         )
         t0 = time.perf_counter()
         try:
@@ -687,6 +715,11 @@ def main() -> None:
     p.add_argument("--model", default=None, help="the hook's model directory (default: the shipped model)")
     p.add_argument("--processes", type=int, default=1, help="run each job this many times, a new process each")
     p.add_argument("--aa", action="store_true", help="paired job: the default a second time in the rotation (A/A)")
+    p.add_argument(
+        "--look-first",
+        action="store_true",
+        help="verify mode looks at the device before timing a new problem (Executor.look_first)",
+    )
     p.add_argument("--cpus", default=None, help="pin every job's process to these cores (e.g. 0-7)")
     p.add_argument("--summarize", default=None, help="print the table of a results file and stop")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

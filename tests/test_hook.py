@@ -887,3 +887,84 @@ def test_under_enable_a_switch_keeps_the_hook_on_between_optimizer_steps(executo
     finally:
         hook.disable()
     assert executor.blocks_aside == 0 and "gemm" in executor.route_reasons()
+
+
+class _Timer:
+    """Verify mode's timer, standing in for the GPU's: GEMM lowering 0.1 ms, PyTorch's default 1 ms, every other
+    candidate 2 ms; ``timed`` lists the problems it was asked to time."""
+
+    def __init__(self):
+        self.timed = []
+
+    def measure_candidates(self, problem, pairs, source):
+        self.timed.append(problem.key)
+        times = {"pytorch:default": 1.0}
+        return [{"candidate_id": c.candidate_id, "status": "ok", "host_overhead_us": 5.0,
+                 "time_ms_median": 0.1 if c.candidate_id.startswith("gemm:") else times.get(c.candidate_id, 2.0)}
+                for _, c in pairs]  # fmt: skip
+
+
+def _looking_executor(shipped, monkeypatch, **kw):
+    """A verify-mode executor that times on the CPU with :class:`_Timer` (its GPU timer needs a GPU)."""
+    monkeypatch.setattr(executor_mod.Executor, "can_time", lambda self, device: True)
+    ex = hook.Executor(selector=UnrecordedPredicting(shipped), live=False, verify=3, cache=False, **kw)
+    timer = _Timer()
+    ex._verifier = lambda: timer
+    return ex, timer
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_looking_first_times_a_new_problem_only_where_its_calls_find_the_device_busy(shipped, monkeypatch, busy):
+    """``look_first``: the first ``probe_calls`` calls run PyTorch's own convolution and look at the device. Idle:
+    the signature passes through, never timed. Busy: the call after the looks takes PyTorch's path too and forgets
+    the route, the next one times the shortlist and switches (GEMM, timed fastest) without a second probation."""
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: busy)
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
+    hook.reset_stats()
+    ex, timer = _looking_executor(shipped, monkeypatch, look_first=True)
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM is worth timing
+    with hook.enabled(ex):
+        for i in range(12):
+            torch.testing.assert_close(F.conv2d(x, w), REF(x, w), atol=1e-4, rtol=1e-4)
+            if i == 6:
+                assert timer.timed == [] and ex.route_reasons() == {"pytorch:looking before timing": 1}
+    (route,) = ex._routes.values()
+    assert route.probe is None and route.key is None
+    if busy:
+        assert len(timer.timed) == 1 and ex.measured_problems == 1
+        assert route.reasons == ("gemm",)
+        assert hook.stats() == {"pytorch:probing the device": 8, "gemm": 4}, hook.stats()  # 8 looks, then timed
+    else:
+        assert timer.timed == [] and ex.measured_problems == 0
+        assert route.reasons == ("pytorch:device idle at the call",)
+        assert hook.stats() == {"pytorch:probing the device": 7, "pytorch:device idle at the call": 5}
+
+
+def test_looking_first_is_off_by_default_and_where_nothing_would_be_timed(shipped, monkeypatch):
+    """Without ``look_first`` verify mode times on the first call; with it, a signature whose problem would not
+    be timed (here: predicted too short to pay) is decided at once, without looks."""
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
+    ex, timer = _looking_executor(shipped, monkeypatch)
+    assert ex.look_first is False
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
+    with hook.enabled(ex):
+        F.conv2d(x, w)
+    assert len(timer.timed) == 1
+    quick = hook.Executor(selector=DefaultTakes(shipped, 1.0), live=False, verify=3, cache=False, look_first=True)
+    quick._verifier = lambda: timer
+    with hook.enabled(quick):
+        F.conv2d(x, w)
+    (route,) = quick._routes.values()
+    assert route.probe is None and route.reasons != ("pytorch:looking before timing",) and len(timer.timed) == 1
+
+
+def test_looking_first_without_a_device_to_look_at_times_at_the_next_call(shipped, monkeypatch):
+    """CPU tensors: the device cannot be looked at, so the shortlist is timed at the second call."""
+    hook.reset_stats()
+    ex, timer = _looking_executor(shipped, monkeypatch, look_first=True)
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
+    with hook.enabled(ex):
+        F.conv2d(x, w)
+        assert timer.timed == [] and ex._routes == {}
+        F.conv2d(x, w)
+    assert len(timer.timed) == 1 and hook.stats() == {"pytorch:probing the device": 1, "gemm": 1}

@@ -87,6 +87,32 @@ def test_the_cold_job_writes_the_first_passes_and_their_ratio_to_tuning(tmp_path
     assert f"over 1: geomean {ratio:.3f}, largest {ratio:.3f}" in res.stdout
 
 
+def test_looking_first_counts_verify_mode_s_cold_cost_until_every_signature_is_decided(tmp_path, monkeypatch):
+    """``--look-first``: verify mode's executor looks before timing; the cold job counts its passes until nothing
+    is left undecided (on the CPU nothing is timed, so one pass), and the row says so."""
+    out = tmp_path / "zoo.jsonl"
+    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "mynet", "--jobs", "cold", "--device",
+           "cpu", "--dtypes", "float32", "--look-first", "--out", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (row,) = map(json.loads, out.read_text().splitlines())
+    assert row["verify_look_first"] is True and row["verify_cold_passes"] == 1
+    assert row["verify_cold_first_pass_s"] == row["verify_cold_raw_s"] > 0 and row["default_steady_pass_s"] > 0
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import zoo
+
+    passes = iter([2, 1, 0])  # undecided signatures after each pass: the third pass decides the last
+    monkeypatch.setattr(zoo, "_undecided", lambda ctx: next(passes))
+    monkeypatch.setattr(zoo, "_wall_s", lambda step, c, n, sync: 2.0 if c is ctx["verify"] else 0.5)
+    ctx = {"verify": object(), "default": object()}
+    cold = {"verify_cold_first_pass_s": 3.0}
+    zoo._settle(None, ctx, 1, None, cold)
+    # three passes (3 s, then 2 s twice), less the default's steady pass (0.5 s) for the two after the first
+    assert cold == {"verify_cold_first_pass_s": 6.0, "verify_cold_passes": 3, "verify_cold_raw_s": 7.0,
+                    "default_steady_pass_s": 0.5}  # fmt: skip
+
+
 def test_an_unknown_dtype_is_one_line_naming_it(tmp_path):
     zoo = str(REPO / "benchmarks" / "zoo.py")
     cmd = [sys.executable, zoo, "--dtypes", "float32,bf16", "--out", str(tmp_path / "z")]

@@ -179,6 +179,8 @@ DEVICE_IDLE = "device idle at the call"
 NETWORK_IDLE = "device idle at most of the network's calls"
 #: What a call that looks at the device counts as, per direction, in :func:`stats`.
 PROBING = "pytorch:probing the device"
+#: What a signature that looks at the device before its shortlist is timed runs meanwhile (``look_first``).
+LOOKING = "pytorch:looking before timing"
 
 #: When any executor of the process last planned a new call signature (time.perf_counter()): planning may measure,
 #: which synchronizes the device for every executor's calls, so looks at the device just after it do not count
@@ -251,6 +253,7 @@ class _Route:
     unseen: Any = None  # the recorder of problems the model's records lack, where this route's problem is one
     slots: list = field(default_factory=list)  # (dispatch table, slot) pairs that run this route's calls in C++
     probe: _Probe | None = None  # on probation: the looks at the device so far (None: decided)
+    key: tuple | None = None  # looking before timing (``Executor.look_first``): its call signature
 
 
 @dataclass
@@ -366,6 +369,13 @@ class Executor:
         Leave ``F.conv2d`` as PyTorch's own in ``enabled()`` blocks once every route passes through and no new call
         signature came for ``STEP_ASIDE_AFTER_BLOCKS`` blocks (one block in ``LOOK_AGAIN_EVERY_BLOCKS`` is still
         routed, to meet new ones).
+    look_first : bool
+        Verify mode: before timing a new call signature's shortlist, look at the device for ``probe_calls`` calls
+        (PyTorch's own convolution runs meanwhile), as probation does after a switch is decided; where the calls
+        find the device idle, the signature passes through untimed (a switch there could not be kept), and
+        otherwise its shortlist is timed at the next call, and a switch it finds is made without a second
+        probation. Off by default: the first pass then times nothing in host-bound steps, but the timing of the
+        rest moves to later steps.
     """
 
     def __init__(
@@ -380,6 +390,7 @@ class Executor:
         record: str | os.PathLike | None = None,
         probe_calls: int | None = None,
         step_aside: bool = True,
+        look_first: bool = False,
     ):
         if selector is None:
             from algosel.learn.models import load_default  # noqa: PLC0415
@@ -424,6 +435,9 @@ class Executor:
         self.blocks_aside = 0
         self._routes_changed = True  # a route made or re-decided since _all_native was last computed
         self._all_native = False
+        self.look_first = bool(look_first)
+        #: Call signatures whose looks before timing found the device busy (``look_first``): timed when met next.
+        self._looked: set[tuple] = set()
 
     # ---------------------------------------------------------------------------------------- resources
     def _dispatch_table(self):
@@ -570,7 +584,7 @@ class Executor:
                 host_us = self._recorded_host_us(problem, [cid, "pytorch:default"])
             return self._judge(problem, cid, times, default_ms, "records", MIN_MEASURED_RATIO, host_us)
         live = device.type == "cuda" and self._live_ok()
-        if self.verify and device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
+        if self.verify and self.can_time(device):
             # The nearest recorded problem's list, each config built by name: a few ms, where querying cuDNN's
             # three lists live costs up to ~180 ms a problem (H200, benchmarks/runtime_costs.py).
             return self._measure(problem)
@@ -838,6 +852,13 @@ class Executor:
         if capturing and any(p not in self._plans for p in directions):
             # Nothing is decided inside a CUDA graph capture (deciding may measure, which synchronizes).
             return _Route("native", None, ("pytorch:capturing",))
+        if self.look_first and self.verify and self.probe_calls and key not in self._looked and any(
+                self._would_time(p, device) for p in directions):  # fmt: skip
+            # PyTorch's own convolution while probation's looks decide whether timing could pay at all
+            route = _Route("native", problem, (LOOKING,) * len(directions), probe=_Probe(), key=key)
+            self._routes[key] = route
+            self._routes_changed = True
+            return route
         plans = [self.plan(p, device) for p in directions]
         if device.type == "cuda" and self.native_module() is not None:
             plans = compiled_plans(plans)
@@ -852,13 +873,31 @@ class Executor:
             route = _Route("function", problem, reasons)  # its reasons are not counted: run_direction counts
         if route.kind != "function":
             _counted_routes.append(route)
-        if route.kind != "native" and self.probe_calls and sum(p.gain_us for p in plans) < PROBATION_EXEMPT_GAIN_US:
+        if (route.kind != "native" and self.probe_calls and key not in self._looked
+                and sum(p.gain_us for p in plans) < PROBATION_EXEMPT_GAIN_US):  # fmt: skip
             route.probe = _Probe()
         if self._recorder is not None and not self.selector.is_recorded(problem):
             route.unseen = self._recorder
         self._routes[key] = route
         self._routes_changed = True
         return route
+
+    def can_time(self, device: torch.device) -> bool:
+        """Whether verify mode times candidates on ``device`` now (a GPU, outside a CUDA graph capture)."""
+        return device.type == "cuda" and not torch.cuda.is_current_stream_capturing()
+
+    def _would_time(self, problem: ConvProblem, device: torch.device) -> bool:
+        """Whether deciding ``problem`` would time its shortlist (verify mode): undecided, neither recorded nor in
+        the persistent cache as measured, and with candidates worth timing (as :meth:`decide` and
+        :meth:`_measure` would find)."""
+        if (not self.can_time(device) or problem in self._plans or problem.dtype not in self._dtypes
+                or self.selector.is_recorded(problem)):  # fmt: skip
+            return False
+        cache = self.runtime_cache() if device.type == "cuda" else None
+        hit = cache.get(problem.key) if cache is not None else None
+        if hit is not None and hit.source in ("records", "measured"):
+            return False
+        return bool(self.shortlist_to_time(problem)[0])
 
     def _native_route(self, problem: ConvProblem, plans: list[_Plan], grads, reasons) -> _Route:
         ext = self.native_module()
@@ -1048,7 +1087,7 @@ def _probe(ex: Executor, route: _Route, x: torch.Tensor) -> bool:
     busy = None if x.is_cuda and torch.cuda.is_current_stream_capturing() else device_busy(x)
     if busy is None and not x.is_cuda:  # nothing to look at (CPU): the decision stands
         route.probe = None
-        return True
+        return _time_next(ex, route) if route.key is not None else True
     if busy is not None and time.perf_counter() - _planned_at_s[0] >= PROBE_SETTLE_S:
         for looks in (probe, ex.looks):
             looks.calls += 1
@@ -1060,12 +1099,30 @@ def _probe(ex: Executor, route: _Route, x: torch.Tensor) -> bool:
     ex._routes_changed = True
     idle = (DEVICE_IDLE if probe.busy < MIN_BUSY_FRACTION * probe.calls
             else NETWORK_IDLE if ex.looks.busy < MIN_NETWORK_BUSY_FRACTION * ex.looks.calls else None)  # fmt: skip
+    if route.key is not None:  # it looked before timing: untimed where idle, timed at the next call where busy
+        if idle is None:
+            return _time_next(ex, route)
+        route.key = None
+        route.reasons = (f"pytorch:{idle}",) * len(route.reasons)
+        _counted_routes.append(route)
+        return True
     if idle is not None:
         if route.kind == "function":  # counted per direction by run_direction until now
             _counted_routes.append(route)
         route.kind = "native"
         route.reasons = (f"pytorch:{idle}",) * len(route.reasons)
     return True
+
+
+def _time_next(ex: Executor, route: _Route) -> bool:
+    """A signature that looked before timing found the device busy: forgotten, so that its next call plans it
+    again, timing its shortlist (and switching without a second probation); this call takes PyTorch's path."""
+    _counts[PROBING] += len(route.reasons)
+    ex._looked.add(route.key)
+    if ex._routes.get(route.key) is route:
+        del ex._routes[route.key]
+    route.key = None
+    return False
 
 
 def _pair(v: Any) -> tuple[int, int]:
