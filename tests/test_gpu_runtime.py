@@ -7,6 +7,7 @@ skip, where ``ALGOSEL_REQUIRE_NATIVE=1`` says it should be there.
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -307,6 +308,38 @@ def test_verify_mode_measures_once_and_a_new_process_reuses_the_measurements(tmp
     assert again.measured_problems == 0
     sources = {d.source for d in again.runtime_cache().decisions()}
     assert sources == {"measured"}
+
+
+@pytest.mark.parametrize("device_waits", [True, False])
+def test_looking_first_times_only_where_the_device_is_busy_at_the_calls(tmp_path, monkeypatch, device_waits):
+    """``look_first`` on a real stream: a fully connected float16 convolution (forward only) whose calls come after
+    a synchronization is never timed and passes through; queued behind a long kernel, it is timed once, after its
+    8 looks, and switched without a second probation."""
+    from algosel.runtime import executor as executor_mod
+    from algosel.runtime import hook
+
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
+    monkeypatch.setattr(executor_mod, "PROBATION_EXEMPT_GAIN_US", math.inf)  # whatever gain is predicted
+    x = torch.randn(256, 256, 6, 6, device="cuda", dtype=torch.float16)
+    w = torch.randn(1024, 256, 6, 6, device="cuda", dtype=torch.float16)
+    ex = hook.Executor(verify=3, cache=tmp_path, look_first=True)
+    hook.reset_stats()
+    with hook.enabled(ex), torch.no_grad():
+        for _ in range(12):
+            if device_waits:
+                torch.cuda.synchronize()
+            else:
+                torch.cuda._sleep(2_000_000)  # ~1 ms of spinning ahead of the call on its stream
+            y = F.conv2d(x, w)
+    torch.cuda.synchronize()
+    assert _close(y, F.conv2d(x, w), 1e-2)
+    (route,) = ex._routes.values()
+    assert route.probe is None and route.key is None
+    if device_waits:
+        assert ex.measured_problems == 0 and route.reasons == ("pytorch:device idle at the call",)
+    else:
+        assert ex.measured_problems == 1 and route.kind != "native", route.reasons
+    assert hook.stats()["pytorch:probing the device"] == (7 if device_waits else 8)
 
 
 def test_cuda_graph_replay_gives_the_eager_results(shipped, tmp_path):

@@ -887,9 +887,10 @@ class Executor:
         return device.type == "cuda" and not torch.cuda.is_current_stream_capturing()
 
     def _would_time(self, problem: ConvProblem, device: torch.device) -> bool:
-        """Whether deciding ``problem`` would time its shortlist (verify mode): undecided, neither recorded nor in
-        the persistent cache as measured, and with candidates worth timing (as :meth:`decide` and
-        :meth:`_measure` would find)."""
+        """Whether ``problem`` looks at the device before its shortlist is timed (``look_first``): deciding it
+        would time the shortlist (undecided, neither recorded nor in the persistent cache as measured, with
+        candidates worth timing, as :meth:`decide` and :meth:`_measure` would find), and its predicted gain is
+        below what probation exempts (``PROBATION_EXEMPT_GAIN_US``)."""
         if (not self.can_time(device) or problem in self._plans or problem.dtype not in self._dtypes
                 or self.selector.is_recorded(problem)):  # fmt: skip
             return False
@@ -897,7 +898,14 @@ class Executor:
         hit = cache.get(problem.key) if cache is not None else None
         if hit is not None and hit.source in ("records", "measured"):
             return False
-        return bool(self.shortlist_to_time(problem)[0])
+        ids = self.shortlist_to_time(problem)[0]
+        predicted = self._predicted_times()
+        if ids and predicted is not None:  # a gain probation would exempt: timed at once, as it is switched at once
+            times = predicted(problem, [*ids, "pytorch:default"])
+            default_ms = times.get("pytorch:default", math.nan)
+            if 1e3 * (default_ms - min(times.get(c, math.inf) for c in ids)) >= PROBATION_EXEMPT_GAIN_US:
+                return False
+        return bool(ids)
 
     def _native_route(self, problem: ConvProblem, plans: list[_Plan], grads, reasons) -> _Route:
         ext = self.native_module()
