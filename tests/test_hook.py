@@ -983,3 +983,29 @@ def test_looking_first_skips_the_looks_where_the_predicted_gain_is_exempt_from_p
     with hook.enabled(ex):
         F.conv2d(x, w)
     assert len(timer.timed) == 1
+
+
+class _ByDirection(UnrecordedPredicting):
+    """PyTorch's default predicted at 2 ms in the forward (GEMM at 0.4: a gain probation exempts) and 1 ms in the
+    gradients (GEMM at 0.2: a gain it judges)."""
+
+    def predicted_time_ms(self, problem, candidate_ids):
+        default_ms = 2.0 if problem.direction == "fwd" else 1.0
+        return {c: default_ms * (0.2 if c.startswith("gemm:") else 1.0) for c in candidate_ids}
+
+
+def test_looking_first_skips_a_signature_one_of_whose_directions_probation_would_exempt(shipped, monkeypatch):
+    """The forward's predicted gain (1.6 ms) is exempt, the input gradient's (0.8 ms) is not: the signature is timed
+    and switched at once rather than looking first, which could drop the forward's switch with the rest."""
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
+    monkeypatch.setattr(executor_mod.Executor, "can_time", lambda self, device: True)
+    ex = hook.Executor(selector=_ByDirection(shipped), live=False, verify=3, cache=False, look_first=True)
+    timer = _Timer()
+    ex._verifier = lambda: timer
+    x = torch.randn(4, 64, 6, 6, requires_grad=True)
+    w = torch.randn(32, 64, 6, 6)
+    with hook.enabled(ex):
+        F.conv2d(x, w).sum().backward()
+    assert len(timer.timed) == 2  # the forward and the input gradient, at the first call
+    (route,) = ex._routes.values()
+    assert executor_mod.LOOKING not in route.reasons and route.key is None

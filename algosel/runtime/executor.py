@@ -181,6 +181,8 @@ NETWORK_IDLE = "device idle at most of the network's calls"
 PROBING = "pytorch:probing the device"
 #: What a signature that looks at the device before its shortlist is timed runs meanwhile (``look_first``).
 LOOKING = "pytorch:looking before timing"
+#: ``Executor._before_timing``'s verdicts on a direction: look at the device first, or switch at once.
+LOOK, EXEMPT = "look", "exempt"
 
 #: When any executor of the process last planned a new call signature (time.perf_counter()): planning may measure,
 #: which synchronizes the device for every executor's calls, so looks at the device just after it do not count
@@ -852,8 +854,12 @@ class Executor:
         if capturing and any(p not in self._plans for p in directions):
             # Nothing is decided inside a CUDA graph capture (deciding may measure, which synchronizes).
             return _Route("native", None, ("pytorch:capturing",))
-        if self.look_first and self.verify and self.probe_calls and key not in self._looked and any(
-                self._would_time(p, device) for p in directions):  # fmt: skip
+        verdicts = (
+            {self._before_timing(p, device) for p in directions}
+            if self.look_first and self.verify and self.probe_calls and key not in self._looked
+            else set()
+        )
+        if LOOK in verdicts and EXEMPT not in verdicts:
             # PyTorch's own convolution while probation's looks decide whether timing could pay at all
             route = _Route("native", problem, (LOOKING,) * len(directions), probe=_Probe(), key=key)
             self._routes[key] = route
@@ -886,26 +892,27 @@ class Executor:
         """Whether verify mode times candidates on ``device`` now (a GPU, outside a CUDA graph capture)."""
         return device.type == "cuda" and not torch.cuda.is_current_stream_capturing()
 
-    def _would_time(self, problem: ConvProblem, device: torch.device) -> bool:
-        """Whether ``problem`` looks at the device before its shortlist is timed (``look_first``): deciding it
-        would time the shortlist (undecided, neither recorded nor in the persistent cache as measured, with
-        candidates worth timing, as :meth:`decide` and :meth:`_measure` would find), and its predicted gain is
-        below what probation exempts (``PROBATION_EXEMPT_GAIN_US``)."""
-        if (not self.can_time(device) or problem in self._plans or problem.dtype not in self._dtypes
-                or self.selector.is_recorded(problem)):  # fmt: skip
-            return False
+    def _before_timing(self, problem: ConvProblem, device: torch.device) -> str:
+        """What ``look_first`` does for one direction of a new signature: :data:`LOOK` where deciding it would time
+        its shortlist (undecided, neither recorded nor in the persistent cache as measured, with candidates worth
+        timing, as :meth:`decide` and :meth:`_measure` would find); :data:`EXEMPT` where its known or predicted
+        gain is one probation exempts (``PROBATION_EXEMPT_GAIN_US``: its switch is made at once, so the signature
+        does not look first); ``""`` otherwise."""
+        if not self.can_time(device) or problem in self._plans or problem.dtype not in self._dtypes:
+            return ""
         cache = self.runtime_cache() if device.type == "cuda" else None
         hit = cache.get(problem.key) if cache is not None else None
-        if hit is not None and hit.source in ("records", "measured"):
-            return False
+        if self.selector.is_recorded(problem) or (hit is not None and hit.source in ("records", "measured")):
+            known = self.decide(problem, device)  # from the records or the cache: nothing is timed
+            return EXEMPT if known.gain_us() >= PROBATION_EXEMPT_GAIN_US else ""
         ids = self.shortlist_to_time(problem)[0]
         predicted = self._predicted_times()
-        if ids and predicted is not None:  # a gain probation would exempt: timed at once, as it is switched at once
+        if ids and predicted is not None:
             times = predicted(problem, [*ids, "pytorch:default"])
             default_ms = times.get("pytorch:default", math.nan)
             if 1e3 * (default_ms - min(times.get(c, math.inf) for c in ids)) >= PROBATION_EXEMPT_GAIN_US:
-                return False
-        return bool(ids)
+                return EXEMPT
+        return LOOK if ids else ""
 
     def _native_route(self, problem: ConvProblem, plans: list[_Plan], grads, reasons) -> _Route:
         ext = self.native_module()
