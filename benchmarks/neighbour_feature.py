@@ -21,6 +21,7 @@ import math
 import time
 
 import numpy as np
+from sklearn.neighbors import NearestNeighbors
 
 #: The added columns, in order.
 NEIGHBOUR_FEATURES = ("nearest_log2_ratio", "nearest_rank", "nearest_distance")
@@ -47,18 +48,21 @@ def neighbour_columns(prep, test: np.ndarray) -> np.ndarray:
     for k, p in problems.items():
         if not is_test[k]:
             buckets.setdefault(problem_kind(p), []).append(k)
-    positions = {kind: np.vstack([_position(problems[k]) for k in ks]) for kind, ks in buckets.items()}
+    # The catalogue's distance (the sum of |log2 ratio| over the shape fields) is the Manhattan metric on these
+    # positions: one neighbour index per kind.
+    index = {kind: NearestNeighbors(metric="manhattan").fit(np.vstack([_position(problems[k]) for k in ks]))
+             for kind, ks in buckets.items()}  # fmt: skip
     nearest: dict[str, tuple[str | None, float]] = {}
     for k, p in problems.items():
         kind = problem_kind(p)
-        if kind not in buckets:
+        keys_of_kind = buckets.get(kind, [])
+        own = 0 if is_test[k] else 1  # a training problem is in the index: it asks for one more, never itself
+        if len(keys_of_kind) <= own:
             nearest[k] = (None, math.nan)
             continue
-        d = np.abs(positions[kind] - _position(p)).sum(axis=1)
-        if not is_test[k]:
-            d[buckets[kind].index(k)] = math.inf  # never itself
-        i = int(np.argmin(d))
-        nearest[k] = (buckets[kind][i], float(d[i])) if math.isfinite(d[i]) else (None, math.nan)
+        dist, idx = index[kind].kneighbors(_position(p)[None, :], n_neighbors=1 + own)
+        picks = [(keys_of_kind[i], d) for i, d in zip(idx[0], dist[0]) if keys_of_kind[i] != k]
+        nearest[k] = (picks[0][0], float(picks[0][1]))
     out = np.full((len(data), len(NEIGHBOUR_FEATURES)), math.nan)
     for row, (k, c) in enumerate(zip(keys, cands)):
         other, distance = nearest[k]
