@@ -594,9 +594,11 @@ def summarize(path: Path) -> str:
     paired: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         if "error" not in r:
-            by.setdefault((r["net"], r["dtype"]), {}).update({k: v for k, v in r.items() if k not in ("job",)})
+            # rows of verify mode looking first (--look-first) are another configuration: a row of their own
+            key = (r["net"], r["dtype"] + (", look first" if r.get("verify_look_first") else ""))
+            by.setdefault(key, {}).update({k: v for k, v in r.items() if k not in ("job",)})
             if r.get("job") == "paired":
-                paired.setdefault((r["net"], r["dtype"]), []).append(r)
+                paired.setdefault(key, []).append(r)
     for key, group in paired.items():  # the hook's modes against the default: pooled over the processes
         for m in (*MODES[1:], TUNED, AGAIN):
             pooled = pooled_ratio(group, m)

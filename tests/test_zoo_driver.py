@@ -98,6 +98,7 @@ def test_looking_first_counts_verify_mode_s_cold_cost_until_every_signature_is_d
     assert res.returncode == 0, res.stderr[-2000:]
     (row,) = map(json.loads, out.read_text().splitlines())
     assert row["verify_look_first"] is True and row["verify_cold_passes"] == 1
+    assert "| mynet | float32, look first |" in res.stdout  # a row apart from verify mode's usual configuration
     assert row["verify_cold_first_pass_s"] == row["verify_cold_raw_s"] > 0 and row["default_steady_pass_s"] > 0
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     import zoo
