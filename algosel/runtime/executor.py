@@ -35,7 +35,9 @@ convolution while the executor looks whether the device is still busy with earli
 ``PROBE_CALLS`` calls (the host is ahead, the device decides the step's time), the switch is made; where the device
 sat idle, the route passes through for good (``pytorch:device idle at the call``); so does it where the looks of
 all the routes on probation, pooled, found the device busy in less than ``MIN_NETWORK_BUSY_FRACTION`` of them (the
-step as a whole is host-bound: ``pytorch:device idle at most of the network's calls``).
+step as a whole is host-bound: ``pytorch:device idle at most of the network's calls``). With ``look_first``, verify
+mode takes the looks before it times a new signature's shortlist, and times it only where they find the device
+busy (``Executor`` says how).
 """
 
 from __future__ import annotations
