@@ -904,10 +904,12 @@ class _Timer:
                 for _, c in pairs]  # fmt: skip
 
 
-def _looking_executor(shipped, monkeypatch, **kw):
-    """A verify-mode executor that times on the CPU with :class:`_Timer` (its GPU timer needs a GPU)."""
+def _looking_executor(shipped, monkeypatch, selector=None, **kw):
+    """A verify-mode executor that times on the CPU with :class:`_Timer` (its GPU timer needs a GPU); its
+    selector: ``selector``, or the shipped model with every problem unrecorded."""
     monkeypatch.setattr(executor_mod.Executor, "can_time", lambda self, device: True)
-    ex = hook.Executor(selector=UnrecordedPredicting(shipped), live=False, verify=3, cache=False, **kw)
+    selector = UnrecordedPredicting(shipped) if selector is None else selector
+    ex = hook.Executor(selector=selector, live=False, verify=3, cache=False, **kw)
     timer = _Timer()
     ex._verifier = lambda: timer
     return ex, timer
@@ -950,12 +952,11 @@ def test_looking_first_is_off_by_default_and_where_nothing_would_be_timed(shippe
     with hook.enabled(ex):
         F.conv2d(x, w)
     assert len(timer.timed) == 1
-    quick = hook.Executor(selector=DefaultTakes(shipped, 1.0), live=False, verify=3, cache=False, look_first=True)
-    quick._verifier = lambda: timer
+    quick, quick_timer = _looking_executor(shipped, monkeypatch, selector=DefaultTakes(shipped, 1.0), look_first=True)
     with hook.enabled(quick):
         F.conv2d(x, w)
     (route,) = quick._routes.values()
-    assert route.probe is None and route.reasons != ("pytorch:looking before timing",) and len(timer.timed) == 1
+    assert route.probe is None and route.reasons != ("pytorch:looking before timing",) and quick_timer.timed == []
 
 
 def test_looking_first_without_a_device_to_look_at_times_at_the_next_call(shipped, monkeypatch):
@@ -974,11 +975,8 @@ def test_looking_first_skips_the_looks_where_the_predicted_gain_is_exempt_from_p
     """A fully connected mode convolution predicted to save 1.6 ms a call (PyTorch's default 2 ms, GEMM 0.4):
     timed at its first call even though the device looks idle, as probation would switch it at once."""
     monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
-    monkeypatch.setattr(executor_mod.Executor, "can_time", lambda self, device: True)
-    ex = hook.Executor(selector=UnrecordedPredicting(shipped, default_ms=2.0), live=False, verify=3, cache=False,
-                       look_first=True)  # fmt: skip
-    timer = _Timer()
-    ex._verifier = lambda: timer
+    ex, timer = _looking_executor(shipped, monkeypatch, selector=UnrecordedPredicting(shipped, default_ms=2.0),
+                                  look_first=True)  # fmt: skip
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         F.conv2d(x, w)
@@ -998,10 +996,7 @@ def test_looking_first_skips_a_signature_one_of_whose_directions_probation_would
     """The forward's predicted gain (1.6 ms) is exempt, the input gradient's (0.8 ms) is not: the signature is timed
     and switched at once rather than looking first, which could drop the forward's switch with the rest."""
     monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
-    monkeypatch.setattr(executor_mod.Executor, "can_time", lambda self, device: True)
-    ex = hook.Executor(selector=_ByDirection(shipped), live=False, verify=3, cache=False, look_first=True)
-    timer = _Timer()
-    ex._verifier = lambda: timer
+    ex, timer = _looking_executor(shipped, monkeypatch, selector=_ByDirection(shipped), look_first=True)
     x = torch.randn(4, 64, 6, 6, requires_grad=True)
     w = torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
