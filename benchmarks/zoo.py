@@ -87,9 +87,10 @@ SMOKE = os.environ.get("ALGOSEL_ZOO_SMOKE") == "1"
 #: (D P V N A, then reversed): what two identical modes read apart is the measurement's own floor and position bias.
 AGAIN = "again"
 AA = os.environ.get("ALGOSEL_ZOO_AA") == "1"
-#: ``--look-first``: verify mode looks at the device before timing a new problem (``Executor.look_first``); its
-#: cold cost is then counted over the passes until every signature is decided (:data:`SETTLE_PASSES` at most).
-LOOK_FIRST = os.environ.get("ALGOSEL_ZOO_LOOK_FIRST") == "1"
+#: Verify mode looks at the device before timing a new problem (``Executor.look_first``, the default; off with
+#: ``--no-look-first``); its cold cost is then counted over the passes until every signature is decided
+#: (:data:`SETTLE_PASSES` at most).
+LOOK_FIRST = os.environ.get("ALGOSEL_ZOO_NO_LOOK_FIRST") != "1"
 SETTLE_PASSES = 12
 
 
@@ -159,8 +160,7 @@ def _mode(mode: str, hook):
         # a cache of its own per repeated process, so that each process's cold first pass is cold (the warm job
         # reads the first process's)
         folder = cache_root() / ("zoo-verify" if PROCESS == 0 else f"zoo-verify-p{PROCESS}")
-        extra = {"look_first": True} if LOOK_FIRST else {}
-        return lambda: hook.enabled(verify=3, cache=folder, **extra, **sel)
+        return lambda: hook.enabled(verify=3, cache=folder, look_first=LOOK_FIRST, **sel)
     if mode == "native":  # routed in every block (never stepping aside): what the dispatch costs
         return lambda: hook.enabled(cache=False, min_gain_us=math.inf, step_aside=False, **sel)
     if mode == TUNED:
@@ -527,7 +527,7 @@ def drive(args) -> None:
             ALGOSEL_ZOO_PROCESS=str(process),
             **({"ALGOSEL_ZOO_MODEL": args.model} if args.model else {}),
             **({"ALGOSEL_ZOO_AA": "1"} if args.aa else {}),
-            **({"ALGOSEL_ZOO_LOOK_FIRST": "1"} if args.look_first else {}),
+            **({"ALGOSEL_ZOO_NO_LOOK_FIRST": "1"} if args.no_look_first else {}),
         )
         t0 = time.perf_counter()
         try:
@@ -594,8 +594,9 @@ def summarize(path: Path) -> str:
     paired: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         if "error" not in r:
-            # rows of verify mode looking first (--look-first) are another configuration: a row of their own
-            key = (r["net"], r["dtype"] + (", look first" if r.get("verify_look_first") else ""))
+            # verify mode timing at a signature's first call (--no-look-first, and every row from before looking
+            # first was the default, which has no verify_look_first) is another configuration: a row of its own
+            key = (r["net"], r["dtype"] + ("" if r.get("verify_look_first") else ", timing at first call"))
             by.setdefault(key, {}).update({k: v for k, v in r.items() if k not in ("job",)})
             if r.get("job") == "paired":
                 paired.setdefault(key, []).append(r)
@@ -718,9 +719,9 @@ def main() -> None:
     p.add_argument("--processes", type=int, default=1, help="run each job this many times, a new process each")
     p.add_argument("--aa", action="store_true", help="paired job: the default a second time in the rotation (A/A)")
     p.add_argument(
-        "--look-first",
+        "--no-look-first",
         action="store_true",
-        help="verify mode looks at the device before timing a new problem (Executor.look_first)",
+        help="verify mode times a new problem at its first call, without looking at the device first",
     )
     p.add_argument("--cpus", default=None, help="pin every job's process to these cores (e.g. 0-7)")
     p.add_argument("--summarize", default=None, help="print the table of a results file and stop")

@@ -334,11 +334,12 @@ def test_looking_first_times_only_where_the_device_is_busy_at_the_calls(tmp_path
     torch.cuda.synchronize()
     assert _close(y, F.conv2d(x, w), 1e-2)
     (route,) = ex._routes.values()
-    assert route.probe is None and route.key is None
+    seen = (ex.measured_problems, route.kind, route.reasons, hook.stats(), ex.looks.calls, ex.looks.busy)
+    assert route.probe is None and route.key is None, seen
     if device_waits:
-        assert ex.measured_problems == 0 and route.reasons == ("pytorch:device idle at the call",)
+        assert ex.measured_problems == 0 and route.reasons == ("pytorch:device idle at the call",), seen
     else:
-        assert ex.measured_problems == 1 and route.kind != "native", route.reasons
+        assert ex.measured_problems == 1 and route.kind != "native", seen
     assert hook.stats()["pytorch:probing the device"] == (7 if device_waits else 8)
 
 

@@ -942,12 +942,13 @@ def test_looking_first_times_a_new_problem_only_where_its_calls_find_the_device_
         assert hook.stats() == {"pytorch:probing the device": 7, "pytorch:device idle at the call": 5}
 
 
-def test_looking_first_is_off_by_default_and_where_nothing_would_be_timed(shipped, monkeypatch):
-    """Without ``look_first`` verify mode times on the first call; with it, a signature whose problem would not
-    be timed (here: predicted too short to pay) is decided at once, without looks."""
+def test_looking_first_is_on_by_default_and_skipped_where_nothing_would_be_timed(shipped, monkeypatch):
+    """Verify mode looks first by default; with ``look_first=False`` it times on the first call; looking first, a
+    signature whose problem would not be timed (here: predicted too short to pay) is decided at once, without
+    looks."""
     monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
-    ex, timer = _looking_executor(shipped, monkeypatch)
-    assert ex.look_first is False
+    assert _looking_executor(shipped, monkeypatch)[0].look_first is True
+    ex, timer = _looking_executor(shipped, monkeypatch, look_first=False)
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         F.conv2d(x, w)

@@ -88,18 +88,24 @@ def test_the_cold_job_writes_the_first_passes_and_their_ratio_to_tuning(tmp_path
 
 
 def test_looking_first_counts_verify_mode_s_cold_cost_until_every_signature_is_decided(tmp_path, monkeypatch):
-    """``--look-first``: verify mode's executor looks before timing; the cold job counts its passes until nothing
-    is left undecided (on the CPU nothing is timed, so one pass), and the row says so."""
-    out = tmp_path / "zoo.jsonl"
+    """Verify mode's executor looks before timing (the default); the cold job counts its passes until nothing
+    is left undecided (on the CPU nothing is timed, so one pass), and the row says so. ``--no-look-first``: the
+    first pass alone, in a row of its own (as results from before looking first was the default)."""
     env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
-    cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "mynet", "--jobs", "cold", "--device",
-           "cpu", "--dtypes", "float32", "--look-first", "--out", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert res.returncode == 0, res.stderr[-2000:]
-    (row,) = map(json.loads, out.read_text().splitlines())
+    rows = {}
+    for flags in ([], ["--no-look-first"]):
+        out = tmp_path / f"zoo{len(flags)}.jsonl"
+        cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "mynet", "--jobs", "cold", "--device",
+               "cpu", "--dtypes", "float32", *flags, "--out", str(out)]  # fmt: skip
+        res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+        assert res.returncode == 0, res.stderr[-2000:]
+        (rows[bool(flags)],) = map(json.loads, out.read_text().splitlines())
+        table_row = "| mynet | float32, timing at first call |" if flags else "| mynet | float32 |"
+        assert table_row in res.stdout  # a row apart from verify mode's other configuration
+    row = rows[False]
     assert row["verify_look_first"] is True and row["verify_cold_passes"] == 1
-    assert "| mynet | float32, look first |" in res.stdout  # a row apart from verify mode's usual configuration
     assert row["verify_cold_first_pass_s"] == row["verify_cold_raw_s"] > 0 and row["default_steady_pass_s"] > 0
+    assert rows[True]["verify_look_first"] is False and "verify_cold_passes" not in rows[True]
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     import zoo
 
