@@ -318,6 +318,7 @@ def test_looking_first_times_only_where_the_device_is_busy_at_the_calls(tmp_path
     from algosel.runtime import executor as executor_mod
     from algosel.runtime import hook
 
+    monkeypatch.setattr(executor_mod, "PROBE_CALLS", 8)  # GPU tests switch at once (conftest): looking needs it
     monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
     monkeypatch.setattr(executor_mod, "PROBATION_EXEMPT_GAIN_US", math.inf)  # whatever gain is predicted
     x = torch.randn(256, 256, 6, 6, device="cuda", dtype=torch.float16)
