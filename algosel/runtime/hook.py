@@ -134,7 +134,7 @@ def enabled(executor: Executor | None = None, **config: Any) -> Iterator[Executo
     """Route ``F.conv2d`` inside the block (this thread), restoring the previous state after.
 
     ``**config`` configures the process's shared :class:`Executor` of that configuration (``verify=3`` to time
-    the model's top 3 on each new problem, with ``look_first=True`` only where its calls find the device busy;
+    the model's top 3 on each new problem, only where its calls find the device busy (``look_first``, the default);
     ``selector=``, ``min_gain_us=``...): entering the block again reuses its decisions and plans. Once every
     convolution the executor met passes through and a few blocks in a row met no new one, later blocks leave
     PyTorch's ``F.conv2d`` in place (the executor "steps aside", ``Executor.step_aside``), routing one block now
