@@ -379,7 +379,7 @@ class Executor:
         find the device idle, the signature passes through untimed (a switch there could not be kept), and
         otherwise its shortlist is timed at the next call, and a switch it finds is made without a second
         probation. On by default: in host-bound steps the first pass then times nothing (on the H200 zoo's
-        autocast networks, verify mode's cold cost fell from 0.27-0.39 of benchmark mode's tuning to 0.014-0.025);
+        autocast networks, verify mode's cold cost fell from 0.075-0.39 of benchmark mode's tuning to 0.011-0.052);
         where the device is busy, the timing moves to the signature's 9th call. ``False``: time at the first call.
     """
 
