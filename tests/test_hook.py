@@ -1005,3 +1005,20 @@ def test_looking_first_skips_a_signature_one_of_whose_directions_probation_would
     assert len(timer.timed) == 2  # the forward and the input gradient, at the first call
     (route,) = ex._routes.values()
     assert executor_mod.LOOKING not in route.reasons and route.key is None
+
+
+def test_looking_first_decides_a_recorded_direction_once(shipped, monkeypatch):
+    """Looking first asks whether a recorded direction's known gain exempts its signature; the plan then takes that
+    decision rather than deciding the direction a second time."""
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
+    ex, timer = _looking_executor(shipped, monkeypatch, selector=shipped, look_first=True)
+    decided = []
+    real = executor_mod.Executor._decide
+    monkeypatch.setattr(executor_mod.Executor, "_decide",
+                        lambda self, problem, device: decided.append(problem) or real(self, problem, device))  # fmt: skip
+    x, w = torch.randn(128, 1024, 3, 3), torch.randn(160, 1024, 3, 3)  # recorded in the shipped records
+    assert shipped.is_recorded(ConvProblem(n=128, c=1024, k=160, h=3, w=3, r=3, s=3))
+    with hook.enabled(ex):
+        for _ in range(3):
+            F.conv2d(x, w)
+    assert len(decided) == 1 and timer.timed == [] and ex._known == {}

@@ -443,6 +443,9 @@ class Executor:
         self.look_first = bool(look_first)
         #: Call signatures whose looks before timing found the device busy (``look_first``): timed when met next.
         self._looked: set[tuple] = set()
+        #: Decisions :meth:`_before_timing` made for recorded or cached directions, taken by :meth:`_make_plan`
+        #: (deciding them again would repeat the records' lookup, or the cache's rejudging).
+        self._known: dict[ConvProblem, Decision] = {}
 
     # ---------------------------------------------------------------------------------------- resources
     def _dispatch_table(self):
@@ -787,7 +790,7 @@ class Executor:
         return cached
 
     def _make_plan(self, problem: ConvProblem, device: torch.device) -> _Plan:
-        decision = self.decide(problem, device)
+        decision = self._known.pop(problem, None) or self.decide(problem, device)
         if decision.passes_through:
             return _Plan(None, f"pytorch:{decision.reason or 'predicted best'}")
         plan = self._switch_plan(problem, device, decision)
@@ -906,7 +909,9 @@ class Executor:
         cache = self.runtime_cache() if device.type == "cuda" else None
         hit = cache.get(problem.key) if cache is not None else None
         if self.selector.is_recorded(problem) or (hit is not None and hit.source in ("records", "measured")):
-            known = self.decide(problem, device)  # from the records or the cache: nothing is timed
+            known = self._known.get(problem)
+            if known is None:  # from the records or the cache: nothing is timed
+                known = self._known[problem] = self.decide(problem, device)
             return EXEMPT if known.gain_us() >= PROBATION_EXEMPT_GAIN_US else ""
         ids = self.shortlist_to_time(problem)[0]
         predicted = self._predicted_times()
@@ -1125,6 +1130,8 @@ def _probe(ex: Executor, route: _Route, x: torch.Tensor) -> bool:
         _counted_routes.append(route)
         return True
     if idle is not None:
+        # The dropped switch's plans stay loaded: the compiled path never frees one (a backward queued by an
+        # earlier call may still run it), and the same problem met in another signature reuses them.
         if route.kind == "function":  # counted per direction by run_direction until now
             _counted_routes.append(route)
         route.kind = "native"
