@@ -1014,8 +1014,12 @@ def test_looking_first_decides_a_recorded_direction_once(shipped, monkeypatch):
     ex, timer = _looking_executor(shipped, monkeypatch, selector=shipped, look_first=True)
     decided = []
     real = executor_mod.Executor._decide
-    monkeypatch.setattr(executor_mod.Executor, "_decide",
-                        lambda self, problem, device: decided.append(problem) or real(self, problem, device))  # fmt: skip
+
+    def counted(self, problem, device):
+        decided.append(problem)
+        return real(self, problem, device)
+
+    monkeypatch.setattr(executor_mod.Executor, "_decide", counted)
     x, w = torch.randn(128, 1024, 3, 3), torch.randn(160, 1024, 3, 3)  # recorded in the shipped records
     assert shipped.is_recorded(ConvProblem(n=128, c=1024, k=160, h=3, w=3, r=3, s=3))
     with hook.enabled(ex):
