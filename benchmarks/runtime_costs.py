@@ -72,22 +72,26 @@ def run(args) -> dict:
     ext = native.load()
     result["ext"] = native.status()
     space = get_space("cudnn")
-    for label, problem in PROBLEMS.items():
+    for label in args.problems:
+        problem = PROBLEMS[label]
         if args.hook_only:
-            row = measure_hook_only(problem, args.pairs)
+            row = measure_hook_only(problem, args.pairs, args.cudnn_engines)
         else:
             row = measure_problem(space, ext, problem, args.pairs)
         result["problems"][label] = row
         print(label, json.dumps(row, default=float), flush=True)
+        # written after every problem, so that a run stopped by a time limit keeps what it measured
+        Path(args.out).write_text(json.dumps(result, indent=1, default=float) + "\n")
     return result
 
 
-def measure_hook_only(problem: ConvProblem, pairs: int) -> dict:
+def measure_hook_only(problem: ConvProblem, pairs: int, engines=()) -> dict:
     """The hook's host cost per call alone (``--hook-only``)."""
     torch.backends.cudnn.allow_tf32 = problem.dtype == "float32"
     torch.backends.cudnn.benchmark = False
     ops = make_operands(problem, "cuda")
-    return {"problem": problem.key, "hook": measure_hook(problem, ops.x, ops.w, conv_args(problem), pairs=pairs)}
+    return {"problem": problem.key,
+            "hook": measure_hook(problem, ops.x, ops.w, conv_args(problem), pairs=pairs, engines=engines)}  # fmt: skip
 
 
 def measure_problem(space, ext, problem: ConvProblem, pairs: int = 20) -> dict:
@@ -210,7 +214,7 @@ def _paired_extra_us(default_fn, hook_fn, pairs: int, calls: int) -> dict:
     }
 
 
-def measure_hook(problem: ConvProblem, x, w, args_, pairs: int = 20, calls: int = 200) -> dict:
+def measure_hook(problem: ConvProblem, x, w, args_, pairs: int = 20, calls: int = 200, engines=()) -> dict:
     """Host us per call through the hook (``F.conv2d`` switched on), per route, beside PyTorch's own ``F.conv2d``
     in the same rotation (pairs of blocks, ABBA): the forward alone, and forward + backward of a training call."""
     from algosel.learn.models import load_default
@@ -223,6 +227,11 @@ def measure_hook(problem: ConvProblem, x, w, args_, pairs: int = 20, calls: int 
         "pass-through, Python path": hook.Executor(selector=Predicting(sel), cache=False, native=False),
         "cudnn plan": hook.Executor(selector=Predicting(sel, "cudnn"), cache=False),
         "gemm": hook.Executor(selector=Predicting(sel, "gemm"), cache=False),
+        # the compiled route with other engines' plans: a plan's host cost is partly its engine's (docs/hook.md)
+        **{
+            f"cudnn plan, engine {e}": hook.Executor(selector=Predicting(sel, f"cudnn:eng{e}_"), cache=False)
+            for e in engines
+        },
     }
     xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
     gy = torch.randn_like(original(x, w, None, **args_))
@@ -294,7 +303,22 @@ def main() -> None:
     p.add_argument("--build-ext", action="store_true", help="build the compiled path first (about a minute)")
     p.add_argument("--hook-only", action="store_true", help="only the hook's host cost per call, per route")
     p.add_argument("--pairs", type=int, default=20, help="ABBA pairs of blocks per hook measurement")
+    p.add_argument(
+        "--cudnn-engines",
+        default="",
+        help="--hook-only: also the cuDNN route with these engines' plans "
+        "(comma-separated engine ids, e.g. 22,45), where the problem's list has them",
+    )
+    p.add_argument("--problems", default=None, help=f"comma-separated, of: {', '.join(PROBLEMS)} (default: all)")
     args = p.parse_args()
+    args.problems = list(PROBLEMS) if not args.problems else args.problems.split(",")
+    try:
+        args.cudnn_engines = [int(e) for e in args.cudnn_engines.split(",") if e.strip()]
+    except ValueError:
+        p.error(f"--cudnn-engines: engine ids are integers, got {args.cudnn_engines!r}")
+    unknown = [label for label in args.problems if label not in PROBLEMS]
+    if unknown:
+        p.error(f"--problems: no problem named {unknown[0]!r} (choose from {', '.join(PROBLEMS)})")
     result = run(args)
     Path(args.out).write_text(json.dumps(result, indent=1, default=float) + "\n")
     print(hook_table(result))

@@ -66,7 +66,8 @@ class NearestListed(Unrecorded):
 
 
 class Predicting(Unrecorded):
-    """... with stand-in predicted times: the candidates of space ``faster`` (e.g. ``"cudnn"``) ten times faster
+    """... with stand-in predicted times: the candidates of space ``faster`` (e.g. ``"cudnn"``, or a prefix of their
+    ids such as ``"cudnn:eng45"``) ten times faster
     than PyTorch's default, everything else as fast as it (``faster=None``: nothing pays for leaving PyTorch's path,
     so every convolution passes through)."""
 
@@ -75,7 +76,9 @@ class Predicting(Unrecorded):
         self._faster = faster
 
     def predicted_time_ms(self, problem, candidate_ids):
-        return {c: 0.1 if self._faster and c.startswith(self._faster + ":") else 1.0 for c in candidate_ids}
+        # a space ("cudnn") or a prefix of candidate ids within one ("cudnn:eng45": that engine's configs)
+        prefix = None if not self._faster else self._faster if ":" in self._faster else self._faster + ":"
+        return {c: 0.1 if prefix and c.startswith(prefix) else 1.0 for c in candidate_ids}
 
     def host_us(self, problem, candidate_ids):
         return {}  # the route measured is the one asked for, whatever the records say of its host cost
