@@ -304,6 +304,12 @@ bool read_call(py::handle x, py::handle w, py::handle b, py::handle stride, py::
   return true;
 }
 
+// `t` as a matrix of `rows` rows: a plain view where its memory is contiguous (one op; reshape would first work out
+// whether it can view, then view), else reshape's copy.
+at::Tensor as_rows(const at::Tensor& t, int64_t rows) {
+  return t.is_contiguous() ? t.view({rows, -1}) : t.reshape({rows, -1});
+}
+
 // The forward as algosel.spaces.gemm.gemm_conv computes it (the same views and products, so the same results).
 at::Tensor gemm_forward(int64_t kind, const at::Tensor& x, const at::Tensor& w, const c10::optional<at::Tensor>& b) {
   const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), k = w.size(0);
@@ -311,14 +317,15 @@ at::Tensor gemm_forward(int64_t kind, const at::Tensor& x, const at::Tensor& w, 
                                                     !x.is_contiguous());
   at::Tensor rows, wm;
   if (kind == kGemmFc) {
-    rows = nhwc ? x.permute({0, 2, 3, 1}).reshape({n, -1}) : x.reshape({n, -1});
-    wm = nhwc ? w.permute({0, 2, 3, 1}).reshape({k, -1}) : w.reshape({k, -1});
+    rows = as_rows(nhwc ? x.permute({0, 2, 3, 1}) : x, n);
+    wm = as_rows(nhwc ? w.permute({0, 2, 3, 1}) : w, k);
   } else {  // channels_last x: (N*H*W, C) is a plain view (the signature fixed its strides); fewer ops than reshape
     rows = x.permute({0, 2, 3, 1}).view({-1, c});
-    wm = w.reshape({k, c});
+    wm = as_rows(w, k);
   }
   at::Tensor y2 = b.has_value() ? at::addmm(*b, rows, wm.t()) : at::matmul(rows, wm.t());
-  if (kind == kGemmFc) return nhwc ? y2.reshape({n, 1, 1, k}).permute({0, 3, 1, 2}) : y2.reshape({n, k, 1, 1});
+  // y2 is a new contiguous (n, k) matrix (or (n*h*w, k)): views, not reshapes
+  if (kind == kGemmFc) return nhwc ? y2.view({n, 1, 1, k}).permute({0, 3, 1, 2}) : y2.view({n, k, 1, 1});
   return y2.view({n, h, wd, k}).permute({0, 3, 1, 2});
 }
 
