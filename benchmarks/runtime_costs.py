@@ -71,27 +71,44 @@ def run(args) -> dict:
         result["ext_build_s"] = round(time.perf_counter() - t0, 1)
     ext = native.load()
     result["ext"] = native.status()
+    if ext is None:  # the hook's variants would all take the Python path, which is not what they are named for
+        raise SystemExit(f"runtime_costs.py: the compiled path is not there ({result['ext']}); pass --build-ext")
     space = get_space("cudnn")
+
+    def save() -> None:
+        Path(args.out).write_text(json.dumps(result, indent=1, default=float) + "\n")
+
     for label in args.problems:
         problem = PROBLEMS[label]
         if args.hook_only:
-            row = measure_hook_only(problem, args.pairs, args.cudnn_engines)
+
+            def partial(row, label=label) -> None:  # a problem's variants so far
+                result["problems"][label] = row
+                save()
+
+            row = measure_hook_only(problem, args.pairs, args.cudnn_engines, on_variant=partial)
         else:
             row = measure_problem(space, ext, problem, args.pairs)
         result["problems"][label] = row
         print(label, json.dumps(row, default=float), flush=True)
-        # written after every problem, so that a run stopped by a time limit keeps what it measured
-        Path(args.out).write_text(json.dumps(result, indent=1, default=float) + "\n")
+        save()  # after every problem (and, with --hook-only, every variant): a run stopped by a limit keeps it
     return result
 
 
-def measure_hook_only(problem: ConvProblem, pairs: int, engines=()) -> dict:
-    """The hook's host cost per call alone (``--hook-only``)."""
+def measure_hook_only(problem: ConvProblem, pairs: int, engines=(), on_variant=None) -> dict:
+    """The hook's host cost per call alone (``--hook-only``); ``on_variant(row)`` after each variant measured."""
     torch.backends.cudnn.allow_tf32 = problem.dtype == "float32"
     torch.backends.cudnn.benchmark = False
     ops = make_operands(problem, "cuda")
-    return {"problem": problem.key,
-            "hook": measure_hook(problem, ops.x, ops.w, conv_args(problem), pairs=pairs, engines=engines)}  # fmt: skip
+    row: dict = {"problem": problem.key, "hook": {}}
+
+    def measured(variants: dict) -> None:
+        row["hook"] = variants
+        if on_variant is not None:
+            on_variant(row)
+
+    measure_hook(problem, ops.x, ops.w, conv_args(problem), pairs=pairs, engines=engines, on_variant=measured)
+    return row
 
 
 def measure_problem(space, ext, problem: ConvProblem, pairs: int = 20) -> dict:
@@ -214,7 +231,8 @@ def _paired_extra_us(default_fn, hook_fn, pairs: int, calls: int) -> dict:
     }
 
 
-def measure_hook(problem: ConvProblem, x, w, args_, pairs: int = 20, calls: int = 200, engines=()) -> dict:
+def measure_hook(problem: ConvProblem, x, w, args_, pairs: int = 20, calls: int = 200, engines=(),
+                 on_variant=None) -> dict:  # fmt: skip
     """Host us per call through the hook (``F.conv2d`` switched on), per route, beside PyTorch's own ``F.conv2d``
     in the same rotation (pairs of blocks, ABBA): the forward alone, and forward + backward of a training call."""
     from algosel.learn.models import load_default
@@ -260,6 +278,8 @@ def measure_hook(problem: ConvProblem, x, w, args_, pairs: int = 20, calls: int 
                **row}  # fmt: skip
         row["fwd+bwd"] = train
         out[name] = row
+        if on_variant is not None:  # e.g. written out, so that a run stopped by a time limit keeps it
+            on_variant(out)
         print(
             f"  {name:28s} {row['route']:9s} fwd extra {row['extra_us']:+6.2f} us {row['extra_us_95']}  "
             f"fwd+bwd extra {train['extra_us']:+6.2f} us {train['extra_us_95']}",

@@ -501,6 +501,7 @@ def _child(args) -> int:
             kwargs = {"rounds": args.rounds, "slot_steps": args.slot_steps} if args.job == "paired" else {}
             result = JOBS[args.job](args.net, dtype, args.device, **kwargs)
             result["process"] = PROCESS
+            result["compiled_path"] = _compiled_path_status()
         except Exception as exc:  # noqa: BLE001 - a failed dtype is a result row; the next one still runs
             import traceback
 
@@ -510,7 +511,27 @@ def _child(args) -> int:
     return 0
 
 
+def _compiled_path_status() -> str:
+    from algosel.runtime import native
+
+    return native.status()
+
+
+def missing_compiled_path(device: str) -> str | None:
+    """Why a run on ``device`` would measure the hook without its compiled path (a CUDA device where the extension
+    is not built or does not load: every hooked call would take the Python path), else None."""
+    if not device.startswith("cuda"):
+        return None
+    status = _compiled_path_status()
+    if status.startswith("built") and "does not load" not in status:
+        return None
+    return f"the compiled path: {status}"
+
+
 def drive(args) -> None:
+    missing = None if args.python_path else missing_compiled_path(args.device)
+    if missing:
+        raise SystemExit(f"zoo.py: {missing}; build it (algosel build-ext) or pass --python-path to measure without it")
     nets = list(NETS) if args.nets == "all" else args.nets.split(",")
     jobs = args.jobs.split(",")
     out = Path(args.out)
@@ -722,6 +743,11 @@ def main() -> None:
         "--no-look-first",
         action="store_true",
         help="verify mode times a new problem at its first call, without looking at the device first",
+    )
+    p.add_argument(
+        "--python-path",
+        action="store_true",
+        help="run on a GPU even where the compiled path is not built (the hook's Python path is measured)",
     )
     p.add_argument("--cpus", default=None, help="pin every job's process to these cores (e.g. 0-7)")
     p.add_argument("--summarize", default=None, help="print the table of a results file and stop")

@@ -342,3 +342,24 @@ def test_the_warm_job_counts_only_its_own_dtype_s_measurements_and_the_table_fla
     results.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     table = zoo.summarize(results)
     assert table.count("(not warm: 3 timed)") == 2
+
+
+def test_a_gpu_run_without_the_compiled_path_stops_with_one_line(monkeypatch):
+    """On a CUDA device the zoo measures the hook as users run it, with its compiled path: where that is not built
+    the driver says so in one line (``--python-path`` measures without it); a CPU run needs none."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import zoo
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    monkeypatch.setattr(zoo, "_compiled_path_status", lambda: "not built (run `algosel build-ext`; ...)")
+    assert zoo.missing_compiled_path("cpu") is None
+    assert zoo.missing_compiled_path("cuda") == "the compiled path: not built (run `algosel build-ext`; ...)"
+    monkeypatch.setattr(zoo, "_compiled_path_status", lambda: "built: /x/algosel_conv_ext.so")
+    assert zoo.missing_compiled_path("cuda:0") is None
+    monkeypatch.setattr(zoo, "_compiled_path_status", lambda: "built: /x.so (but it does not load: see the log)")
+    assert zoo.missing_compiled_path("cuda") is not None
+    monkeypatch.setattr(zoo, "_compiled_path_status", lambda: "not built")
+    monkeypatch.setattr(sys, "argv", ["zoo.py", "--device", "cuda", "--nets", "mynet", "--out", os.devnull])
+    with pytest.raises(SystemExit, match="^zoo.py: the compiled path: not built; build it"):
+        zoo.main()
