@@ -704,6 +704,39 @@ def summarize(path: Path) -> str:
     return "\n".join(lines)
 
 
+def pooled_prediction_table(paths: list[Path]) -> str:
+    """Markdown: prediction mode against the default and against the default's second slot (``--aa``), and the
+    control against the default, pooled per (network, dtype) over the paired rows of every file (each a process of
+    its own; rows made with another model than the shipped one are left out), with 95% intervals
+    (:func:`pooled_ratio`); then the geomeans. Prediction mode's routes do not depend on verify mode's settings, so
+    rows that time at the first call pool with rows that look first."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            r = json.loads(line) if line.strip() else {}
+            if r.get("job") == "paired" and "error" not in r and not r.get("model"):
+                groups.setdefault((r["net"], r["dtype"]), []).append(r)
+    lines = ["| network | dtype | processes | prediction / default | A/A | prediction / A/A slot | control / default |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    ratios: dict[str, list[float]] = {"default": [], AGAIN: []}
+    for (net, dtype), group in sorted(groups.items()):
+        cells = []
+        for mode, base in (("predict", "default"), (AGAIN, "default"), ("predict", AGAIN), ("native", "default")):
+            v = pooled_ratio(group, mode, base=base)
+            cells.append("" if v is None else f"{v[0]:.3f} ({v[1]:.3f}-{v[2]:.3f})")
+            if mode == "predict" and v is not None:
+                ratios[base].append(v[0])
+        lines.append(f"| {net} | {dtype} | {len(group)} | " + " | ".join(cells) + " |")
+
+    def gm(v):
+        return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
+
+    lines.append("")
+    lines.append(f"geomean prediction / default over {len(ratios['default'])}: {gm(ratios['default']):.3f}; "
+                 f"prediction / A/A slot over {len(ratios[AGAIN])}: {gm(ratios[AGAIN]):.3f}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def thread_lines(paired: dict[tuple[str, str], list[dict]], top: int = 3) -> list[str]:
     """Per (network, dtype) and hook mode, the main thread's CPU time per step against the default's and the
     ``top - 1`` other threads' that differ most (the mean over processes of each process's median paired
@@ -751,6 +784,13 @@ def main() -> None:
     )
     p.add_argument("--cpus", default=None, help="pin every job's process to these cores (e.g. 0-7)")
     p.add_argument("--summarize", default=None, help="print the table of a results file and stop")
+    p.add_argument(
+        "--pool",
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="print prediction mode's table pooled over these results files' paired rows and stop",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--job", default=None, help=argparse.SUPPRESS)
     p.add_argument("--net", default=None, help=argparse.SUPPRESS)
@@ -759,7 +799,12 @@ def main() -> None:
     unknown = sorted(set(args.dtypes.split(",")) - set(DTYPES))
     if unknown:
         p.error(f"--dtypes: unknown {','.join(unknown)} (choose from {','.join(DTYPES)})")
-    if args.summarize:
+    if args.pool:
+        missing = [f for f in args.pool if not Path(f).is_file()]
+        if missing:
+            p.error(f"--pool: no such file {missing[0]!r}")
+        print(pooled_prediction_table([Path(f) for f in args.pool]))
+    elif args.summarize:
         print(summarize(Path(args.summarize)))
     elif args.child:
         sys.exit(_child(args))

@@ -363,3 +363,24 @@ def test_a_gpu_run_without_the_compiled_path_stops_with_one_line(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["zoo.py", "--device", "cuda", "--nets", "mynet", "--out", os.devnull])
     with pytest.raises(SystemExit, match="^zoo.py: the compiled path: not built; build it"):
         zoo.main()
+
+
+def test_pool_puts_prediction_mode_beside_the_default_and_its_second_slot(tmp_path):
+    """``--pool``: per (network, dtype), rows of several files pooled; prediction / default, the A/A slot, prediction
+    / A/A slot; rows of another model are left out."""
+    row = {"net": "resnet50", "dtype": "amp", "job": "paired", "default_steps_ms": [10.0] * 6,
+           "predict_steps_ms": [10.2] * 6, "again_steps_ms": [10.1] * 6, "native_steps_ms": [10.5] * 6}  # fmt: skip
+    (tmp_path / "a.jsonl").write_text(json.dumps(row) + "\n" + json.dumps({**row, "model": "mine"}) + "\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({**row, "predict_steps_ms": [10.0] * 6}) + "\n")
+    cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--pool", "a.jsonl", "b.jsonl"]
+    res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("| resnet50 | amp |"))
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    assert cells[2] == "2"  # two processes: the other model's row is not pooled
+    assert cells[3] == "1.010 (1.000-1.020)"  # 1.02 in one process, 1.00 in the other, pooled
+    assert cells[4] == "1.010 (1.010-1.010)" and cells[6] == "1.050 (1.050-1.050)"
+    assert cells[5] == "1.000 (0.990-1.010)"  # 10.2 / 10.1 and 10.0 / 10.1
+    assert "prediction / A/A slot over 1: 1.000" in res.stdout
+    bad = subprocess.run([*cmd[:2], "--pool", "missing.jsonl"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, check=False)  # fmt: skip
+    assert bad.returncode == 2 and "--pool: no such file 'missing.jsonl'" in bad.stderr
