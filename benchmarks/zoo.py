@@ -5,6 +5,7 @@
     python benchmarks/zoo.py --nets resnet50 --jobs paired --processes 3 --cpus 0-7 --out zoo.jsonl
     python benchmarks/zoo.py --nets squeezenet1_1 --jobs paired --aa --out zoo.jsonl
     python benchmarks/zoo.py --summarize zoo.jsonl
+    python benchmarks/zoo.py --pool run1.jsonl run2.jsonl   # prediction mode pooled over the processes of files
 
 Every job runs in a process of its own (PyTorch caches the plan it picked per shape in a process whatever the
 benchmark flag, so benchmark mode needs its own), and appends one JSON line per (network, dtype) to ``--out``:
