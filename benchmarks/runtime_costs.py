@@ -339,8 +339,7 @@ def main() -> None:
     unknown = [label for label in args.problems if label not in PROBLEMS]
     if unknown:
         p.error(f"--problems: no problem named {unknown[0]!r} (choose from {', '.join(PROBLEMS)})")
-    result = run(args)
-    Path(args.out).write_text(json.dumps(result, indent=1, default=float) + "\n")
+    result = run(args)  # writes --out as it goes
     print(hook_table(result))
     if args.hook_only:
         return

@@ -680,9 +680,7 @@ def summarize(path: Path) -> str:
                 cold_ratios.append(r["verify_cold_first_pass_s"] / r[tuning])
                 break
     errors = [r for r in rows if "error" in r]
-
-    def gm(v):
-        return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
+    from algosel.records.analysis import geomean as gm
 
     lines.append("")
     lines.append(f"geomean step time / default over {len(ratios['predict'])} (network, dtype): prediction mode "
@@ -728,9 +726,7 @@ def pooled_prediction_table(paths: list[Path]) -> str:
             if mode == "predict" and v is not None:
                 ratios[base].append(v[0])
         lines.append(f"| {net} | {dtype} | {len(group)} | " + " | ".join(cells) + " |")
-
-    def gm(v):
-        return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
+    from algosel.records.analysis import geomean as gm
 
     lines.append("")
     lines.append(f"geomean prediction / default over {len(ratios['default'])}: {gm(ratios['default']):.3f}; "
