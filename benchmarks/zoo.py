@@ -529,6 +529,19 @@ def missing_compiled_path(device: str) -> str | None:
     return f"the compiled path: {status}"
 
 
+def run_order(nets: list[str], jobs: list[str], processes: int) -> list[tuple[str, str, int]]:
+    """(job, network, process) in the order they run: network by network, the jobs of each process one after
+    another, their order reversed every second process (A B, B A, ...) so that jobs compared across processes
+    (verify mode's warm steps in the paired job against benchmark mode's in its own) share the machine's drift.
+    With ``warm`` among the jobs the order stays: a warm job reads the cache its process's paired job filled."""
+    runs = []
+    for net in nets:
+        for k in range(processes):
+            order = jobs if k % 2 == 0 or "warm" in jobs else jobs[::-1]
+            runs += [(job, net, k) for job in order]
+    return runs
+
+
 def drive(args) -> None:
     missing = None if args.python_path else missing_compiled_path(args.device)
     if missing:
@@ -536,8 +549,7 @@ def drive(args) -> None:
     nets = list(NETS) if args.nets == "all" else args.nets.split(",")
     jobs = args.jobs.split(",")
     out = Path(args.out)
-    runs = [(job, net, k) for job in jobs for net in nets for k in range(args.processes)]
-    for job, net, process in runs:
+    for job, net, process in run_order(nets, jobs, args.processes):
         dtypes = args.dtypes.split(",") if job != "benchmark" or net != "fpn" else ("float32",)
         # One process per (job, network): the dtypes share it (their shapes differ, so do PyTorch's plans).
         cmd = [sys.executable, __file__, "--child", "--job", job, "--net", net, "--dtype", ",".join(dtypes),
@@ -605,6 +617,55 @@ def pooled_ratio(rows: list[dict], mode: str, resamples: int = 2000, base: str =
         medians[i] = np.median(np.concatenate([rng.choice(per_process[j], len(per_process[j])) for j in picked]))
     lo, hi = np.percentile(medians, [2.5, 97.5])
     return float(np.median(np.concatenate(per_process))), float(lo), float(hi)
+
+
+def cross_process_ratio(a_ms: list[float], b_ms: list[float], resamples: int = 2000
+                        ) -> tuple[float, float, float] | None:  # fmt: skip
+    """The median of ``a_ms`` over the median of ``b_ms``, each a value per process (a step or kernel time of two
+    configurations that cannot share a process), with a 95% bootstrap interval that resamples the processes of each
+    side; None where either side is empty. With one process on a side the interval holds only the other side's
+    spread: host-bound steps vary by up to 15% between processes, so read it with the processes counted."""
+    import numpy as np
+
+    a, b = np.asarray(a_ms, dtype=float), np.asarray(b_ms, dtype=float)
+    if not len(a) or not len(b):
+        return None
+    rng = np.random.default_rng(0)
+    ratios = np.median(rng.choice(a, (resamples, len(a))), axis=1) / np.median(
+        rng.choice(b, (resamples, len(b))), axis=1
+    )
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    return float(np.median(a) / np.median(b)), float(lo), float(hi)
+
+
+def own_process_lines(rows: list[dict]) -> list[str]:
+    """Per (network, dtype) where both ran: verify mode's warm steps (paired job) against benchmark mode's steady
+    steps (benchmark job, a process of its own), in wall time and in kernel time per step, and verify mode's cold
+    first pass against benchmark mode's tuning (its first pass), pooled over the processes
+    (:func:`cross_process_ratio`)."""
+    by: dict[tuple[str, str], dict[str, list[dict]]] = {}
+    for r in rows:
+        if "error" not in r and r.get("job") in ("paired", "benchmark") and not r.get("model"):
+            by.setdefault((r["net"], r["dtype"]), {}).setdefault(r["job"], []).append(r)
+    lines = []
+    for (net, dtype), jobs in sorted(by.items()):
+        paired, bench = jobs.get("paired", []), jobs.get("benchmark", [])
+        if not paired or not bench:
+            continue
+        parts = []
+        for what, a_key, b_key in (
+            ("steps", "verify_step_ms", "benchmark_step_ms"),
+            ("kernels", "verify_kernel_ms", "benchmark_kernel_ms"),
+            ("cold / tuning", "verify_cold_first_pass_s", "benchmark_first_pass_s"),
+        ):
+            got = cross_process_ratio(
+                [r[a_key] for r in paired if r.get(a_key)], [r[b_key] for r in bench if r.get(b_key)]
+            )
+            if got is not None:
+                parts.append(f"{what} {got[0]:.3f} ({got[1]:.3f}-{got[2]:.3f})")
+        lines.append(f"verify mode (warm) / benchmark mode in processes of their own ({net}, {dtype}; "
+                     f"{len(paired)} + {len(bench)} processes): " + ", ".join(parts))  # fmt: skip
+    return lines
 
 
 def summarize(path: Path) -> str:
@@ -697,6 +758,7 @@ def summarize(path: Path) -> str:
             lo, hi = r.get(f"{AGAIN}_interval") or (math.nan, math.nan)
             lines.append(f"A/A, the default against itself ({net}, {dtype}): {r[f'{AGAIN}_vs_default']:.3f} "
                          f"({lo:.3f}-{hi:.3f})")  # fmt: skip
+    lines.extend(own_process_lines(rows))
     lines.extend(thread_lines(paired))
     for r in errors:
         lines.append(f"  failed: {r['job']} {r['net']} {r['dtype']}: {r['error'][-300:]}")

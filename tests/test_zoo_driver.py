@@ -384,3 +384,37 @@ def test_pool_puts_prediction_mode_beside_the_default_and_its_second_slot(tmp_pa
     bad = subprocess.run([*cmd[:2], "--pool", "missing.jsonl"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120, check=False)  # fmt: skip
     assert bad.returncode == 2 and "--pool: no such file 'missing.jsonl'" in bad.stderr
+
+
+def test_jobs_run_network_by_network_and_alternate_their_order_between_processes(monkeypatch):
+    """Paired and benchmark processes alternate (A B, B A) so that a comparison across processes shares the
+    machine's drift; a warm job keeps its place after the paired job whose cache it reads."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import zoo
+
+    assert zoo.run_order(["a", "b"], ["paired", "benchmark"], 2) == [
+        ("paired", "a", 0), ("benchmark", "a", 0), ("benchmark", "a", 1), ("paired", "a", 1),
+        ("paired", "b", 0), ("benchmark", "b", 0), ("benchmark", "b", 1), ("paired", "b", 1)]  # fmt: skip
+    assert zoo.run_order(["a"], ["paired", "warm"], 2) == [
+        ("paired", "a", 0), ("warm", "a", 0), ("paired", "a", 1), ("warm", "a", 1)]  # fmt: skip
+
+
+def test_verify_mode_meets_benchmark_mode_across_processes_with_an_interval_over_both_sides(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import zoo
+
+    ratio, lo, hi = zoo.cross_process_ratio([9.0, 10.0, 11.0], [10.0, 10.0])
+    assert ratio == pytest.approx(1.0) and lo == pytest.approx(0.9) and hi == pytest.approx(1.1)
+    assert zoo.cross_process_ratio([9.0], [10.0]) == pytest.approx((0.9, 0.9, 0.9))
+    assert zoo.cross_process_ratio([], [10.0]) is None
+    rows = [
+        {"net": "n", "dtype": "float32", "job": "paired", "verify_step_ms": 9.0, "verify_kernel_ms": 4.0,
+         "verify_cold_first_pass_s": 1.0},
+        {"net": "n", "dtype": "float32", "job": "benchmark", "benchmark_step_ms": 10.0, "benchmark_kernel_ms": 5.0,
+         "benchmark_first_pass_s": 8.0},
+        {"net": "n", "dtype": "float32", "job": "benchmark", "error": "timed out"},  # failed jobs are left out
+        {"net": "m", "dtype": "float32", "job": "paired", "verify_step_ms": 9.0},  # no benchmark job: no line
+    ]  # fmt: skip
+    assert zoo.own_process_lines(rows) == [
+        "verify mode (warm) / benchmark mode in processes of their own (n, float32; 1 + 1 processes): "
+        "steps 0.900 (0.900-0.900), kernels 0.800 (0.800-0.800), cold / tuning 0.125 (0.125-0.125)"]  # fmt: skip
