@@ -39,13 +39,13 @@ the device time.
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
 import time
 import warnings
 
 import torch
 from standins import NearestListed, Unrecorded
+
+from algosel.records.analysis import geomean
 
 
 def held_out_problems(sel) -> list:
@@ -109,14 +109,10 @@ def score(sel, problems, margin: float, min_gain_us: float, far_margin: float | 
         if d.candidate_id != "pytorch:default":
             switched.append(r)
     n = len(ratios)
-
-    def gm(v):
-        return math.exp(statistics.fmean(math.log(x) for x in v)) if v else float("nan")
-
     return {"margin": margin, "far_margin": ex_mod.MIN_PREDICTED_RATIO_FAR, "problems": n,
-            "switched": len(switched) / n, "geomean_vs_default": gm(ratios),
+            "switched": len(switched) / n, "geomean_vs_default": geomean(ratios),
             "total_vs_default": picked_total / default_total, "slower_1pct": slower1 / n,
-            "slower_5pct": slower5 / n, "geomean_of_switched": gm(switched),
+            "slower_5pct": slower5 / n, "geomean_of_switched": geomean(switched),
             "own_lists_ranked": getattr(stand_in, "queried", len(problems)) / max(1, len(problems))}  # fmt: skip
 
 
