@@ -92,6 +92,10 @@ AA = os.environ.get("ALGOSEL_ZOO_AA") == "1"
 #: ``--no-look-first``); its cold cost is then counted over the passes until every signature is decided
 #: (:data:`SETTLE_PASSES` at most).
 LOOK_FIRST = os.environ.get("ALGOSEL_ZOO_NO_LOOK_FIRST") != "1"
+#: ``--min-gain-us`` / ``--verify-k``: the hook's least gain and verify mode's shortlist (None: the hook's defaults),
+#: for prediction and verify mode; rows record them.
+MIN_GAIN_US = float(os.environ["ALGOSEL_ZOO_MIN_GAIN_US"]) if os.environ.get("ALGOSEL_ZOO_MIN_GAIN_US") else None
+VERIFY_K = int(os.environ.get("ALGOSEL_ZOO_VERIFY_K") or 3)
 SETTLE_PASSES = 12
 
 
@@ -154,14 +158,18 @@ def _mode(mode: str, hook):
         from algosel.learn.selector import Selector
 
         sel = {"selector": _selector(Selector, MODEL)}
+    if MIN_GAIN_US is not None:
+        sel["min_gain_us"] = MIN_GAIN_US
+    # a cache folder per configuration: decisions skipped under one least gain are not read under another
+    config = "" if MIN_GAIN_US is None and VERIFY_K == 3 else f"-g{MIN_GAIN_US}-k{VERIFY_K}"
     if mode == "predict":
-        predict_folder = cache_root() / "zoo-predict"  # made once, as verify mode's: a step pays nothing for it
+        predict_folder = cache_root() / f"zoo-predict{config}"  # made once, as verify mode's: a step pays nothing
         return lambda: hook.enabled(cache=predict_folder, **sel)
     if mode == "verify":
         # a cache of its own per repeated process, so that each process's cold first pass is cold (the warm job
         # reads the first process's)
-        folder = cache_root() / ("zoo-verify" if PROCESS == 0 else f"zoo-verify-p{PROCESS}")
-        return lambda: hook.enabled(verify=3, cache=folder, look_first=LOOK_FIRST, **sel)
+        folder = cache_root() / (f"zoo-verify{config}" + ("" if PROCESS == 0 else f"-p{PROCESS}"))
+        return lambda: hook.enabled(verify=VERIFY_K, cache=folder, look_first=LOOK_FIRST, **sel)
     if mode == "native":  # routed in every block (never stepping aside): what the dispatch costs
         return lambda: hook.enabled(cache=False, min_gain_us=math.inf, step_aside=False, **sel)
     if mode == TUNED:
@@ -502,6 +510,8 @@ def _child(args) -> int:
             kwargs = {"rounds": args.rounds, "slot_steps": args.slot_steps} if args.job == "paired" else {}
             result = JOBS[args.job](args.net, dtype, args.device, **kwargs)
             result["process"] = PROCESS
+            if MIN_GAIN_US is not None or VERIFY_K != 3:
+                result["hook_config"] = {"min_gain_us": MIN_GAIN_US, "verify_k": VERIFY_K}
             result["compiled_path"] = _compiled_path_status()
         except Exception as exc:  # noqa: BLE001 - a failed dtype is a result row; the next one still runs
             import traceback
@@ -562,6 +572,8 @@ def drive(args) -> None:
             **({"ALGOSEL_ZOO_MODEL": args.model} if args.model else {}),
             **({"ALGOSEL_ZOO_AA": "1"} if args.aa else {}),
             **({"ALGOSEL_ZOO_NO_LOOK_FIRST": "1"} if args.no_look_first else {}),
+            **({"ALGOSEL_ZOO_MIN_GAIN_US": str(args.min_gain_us)} if args.min_gain_us is not None else {}),
+            **({"ALGOSEL_ZOO_VERIFY_K": str(args.verify_k)} if args.verify_k is not None else {}),
         )
         t0 = time.perf_counter()
         try:
@@ -638,6 +650,15 @@ def cross_process_ratio(a_ms: list[float], b_ms: list[float], resamples: int = 2
     return float(np.median(a) / np.median(b)), float(lo), float(hi)
 
 
+def config_label(row: dict) -> str:
+    """``, least gain 5 us, verify k 3`` for a row made with ``--min-gain-us`` or ``--verify-k``, else ``""``."""
+    config = row.get("hook_config")
+    if not config:
+        return ""
+    gain = "" if config.get("min_gain_us") is None else f", least gain {config['min_gain_us']:g} us"
+    return f"{gain}, verify k {config.get('verify_k', 3)}"
+
+
 def own_process_lines(rows: list[dict]) -> list[str]:
     """Per (network, dtype) where both ran: verify mode's warm steps (paired job) against benchmark mode's steady
     steps (benchmark job, a process of its own), in wall time and in kernel time per step, and verify mode's cold
@@ -646,26 +667,30 @@ def own_process_lines(rows: list[dict]) -> list[str]:
     by: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for r in rows:
         if "error" not in r and r.get("job") in ("paired", "benchmark") and not r.get("model"):
-            by.setdefault((r["net"], r["dtype"]), {}).setdefault(r["job"], []).append(r)
+            # paired rows per hook configuration, each against every benchmark row of its (network, dtype)
+            job = r["job"] + (config_label(r) if r["job"] == "paired" else "")
+            by.setdefault((r["net"], r["dtype"]), {}).setdefault(job, []).append(r)
     lines = []
     for (net, dtype), jobs in sorted(by.items()):
-        paired, bench = jobs.get("paired", []), jobs.get("benchmark", [])
-        if not paired or not bench:
-            continue
-        parts = []
-        for what, a_key, b_key in (
-            ("steps", "verify_step_ms", "benchmark_step_ms"),
-            ("kernels", "verify_kernel_ms", "benchmark_kernel_ms"),
-            ("cold / tuning", "verify_cold_first_pass_s", "benchmark_first_pass_s"),
-        ):
-            got = cross_process_ratio(
-                [r[a_key] for r in paired if r.get(a_key)], [r[b_key] for r in bench if r.get(b_key)]
-            )
-            if got is not None:
-                parts.append(f"{what} {got[0]:.3f} ({got[1]:.3f}-{got[2]:.3f})")
-        lines.append(f"verify mode (warm) / benchmark mode in processes of their own ({net}, {dtype}; "
-                     f"{len(paired)} + {len(bench)} processes): " + ", ".join(parts))  # fmt: skip
+        bench = jobs.get("benchmark", [])
+        for job, paired in sorted(jobs.items()):
+            if job != "benchmark" and bench:
+                lines.append(_own_process_line(net, dtype + job[len("paired") :], paired, bench))
     return lines
+
+
+def _own_process_line(net: str, dtype: str, paired: list[dict], bench: list[dict]) -> str:
+    parts = []
+    for what, a_key, b_key in (
+        ("steps", "verify_step_ms", "benchmark_step_ms"),
+        ("kernels", "verify_kernel_ms", "benchmark_kernel_ms"),
+        ("cold / tuning", "verify_cold_first_pass_s", "benchmark_first_pass_s"),
+    ):
+        got = cross_process_ratio([r[a_key] for r in paired if r.get(a_key)], [r[b_key] for r in bench if r.get(b_key)])
+        if got is not None:
+            parts.append(f"{what} {got[0]:.3f} ({got[1]:.3f}-{got[2]:.3f})")
+    return (f"verify mode (warm) / benchmark mode in processes of their own ({net}, {dtype}; "
+            f"{len(paired)} + {len(bench)} processes): " + ", ".join(parts))  # fmt: skip
 
 
 def summarize(path: Path) -> str:
@@ -679,7 +704,8 @@ def summarize(path: Path) -> str:
         if "error" not in r:
             # verify mode timing at a signature's first call (--no-look-first, and every row from before looking
             # first was the default, which has no verify_look_first) is another configuration: a row of its own
-            key = (r["net"], r["dtype"] + ("" if r.get("verify_look_first") else ", timing at first call"))
+            key = (r["net"], r["dtype"] + ("" if r.get("verify_look_first") else ", timing at first call")
+                   + config_label(r))  # fmt: skip
             by.setdefault(key, {}).update({k: v for k, v in r.items() if k not in ("job",)})
             if r.get("job") == "paired":
                 paired.setdefault(key, []).append(r)
@@ -775,7 +801,7 @@ def pooled_prediction_table(paths: list[Path]) -> str:
     for path in paths:
         for line in Path(path).read_text().splitlines():
             r = json.loads(line) if line.strip() else {}
-            if r.get("job") == "paired" and "error" not in r and not r.get("model"):
+            if r.get("job") == "paired" and "error" not in r and not r.get("model") and not r.get("hook_config"):
                 groups.setdefault((r["net"], r["dtype"]), []).append(r)
     lines = ["| network | dtype | processes | prediction / default | A/A | prediction / A/A slot | control / default |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -827,6 +853,8 @@ def main() -> None:
     p.add_argument("--dtypes", default=",".join(DTYPES), help="float32 (TF32, NCHW), amp (float16 autocast, NHWC)")
     p.add_argument("--timeout-s", type=float, default=240)
     p.add_argument("--rounds", type=int, default=30, help="paired job: rotations of the modes' slots")
+    p.add_argument("--min-gain-us", type=float, help="the hook's least gain a call (default: the hook's)")
+    p.add_argument("--verify-k", type=int, help="verify mode's shortlist (default 3)")
     p.add_argument("--slot-steps", type=int, default=3, help="paired job: steps per slot (the FPN: a pass)")
     p.add_argument("--model", default=None, help="the hook's model directory (default: the shipped model)")
     p.add_argument("--processes", type=int, default=1, help="run each job this many times, a new process each")
