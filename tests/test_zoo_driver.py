@@ -212,6 +212,31 @@ def test_each_repeated_process_verifies_into_a_cache_of_its_own(monkeypatch):
         assert zoo._mode("verify", Hook())()["cache"].name == folder
 
 
+def test_the_least_gain_and_k_reach_the_modes_that_decide_and_a_cache_folder_of_their_own(monkeypatch):
+    """``--min-gain-us`` goes to prediction and verify mode only (the native mode routes every call whatever the
+    gain), ``--verify-k`` to verify mode; their decisions land in folders apart from the default configuration's."""
+    import math
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import zoo
+
+    class Hook:
+        def enabled(self, **config):
+            return config
+
+    monkeypatch.setattr(zoo, "PROCESS", 0)
+    monkeypatch.setattr(zoo, "MIN_GAIN_US", 5.0)
+    monkeypatch.setattr(zoo, "VERIFY_K", 6)
+    predict, verify, native = (zoo._mode(m, Hook())() for m in ("predict", "verify", "native"))
+    assert (predict["min_gain_us"], verify["min_gain_us"], native["min_gain_us"]) == (5.0, 5.0, math.inf)
+    assert verify["verify"] == 6 and "verify" not in predict
+    assert (predict["cache"].name, verify["cache"].name) == ("zoo-predict-g5.0-k6", "zoo-verify-g5.0-k6")
+    monkeypatch.setattr(zoo, "MIN_GAIN_US", None)
+    monkeypatch.setattr(zoo, "VERIFY_K", 3)
+    predict = zoo._mode("predict", Hook())()
+    assert "min_gain_us" not in predict and predict["cache"].name == "zoo-predict"
+
+
 def test_step_profile_prints_its_tables_and_writes_them(tmp_path):
     """benchmarks/step_profile.py on the CPU (host ops only): the ratios, the hook's routes and the op table."""
     out = tmp_path / "profile.json"
