@@ -96,6 +96,9 @@ LOOK_FIRST = os.environ.get("ALGOSEL_ZOO_NO_LOOK_FIRST") != "1"
 #: for prediction and verify mode; rows record them.
 MIN_GAIN_US = float(os.environ["ALGOSEL_ZOO_MIN_GAIN_US"]) if os.environ.get("ALGOSEL_ZOO_MIN_GAIN_US") else None
 VERIFY_K = int(os.environ.get("ALGOSEL_ZOO_VERIFY_K") or 3)
+#: ``--probe-calls``: calls a switch looks at the device before it is kept (None: the hook's; 0 switches at once and
+#: verify mode times at the first call, without looking first), for prediction and verify mode; rows record it.
+PROBE_CALLS = int(os.environ["ALGOSEL_ZOO_PROBE_CALLS"]) if os.environ.get("ALGOSEL_ZOO_PROBE_CALLS") else None
 SETTLE_PASSES = 12
 
 
@@ -160,8 +163,11 @@ def _mode(mode: str, hook):
         sel = {"selector": _selector(Selector, MODEL)}
     # the least gain applies where the hook decides (prediction and verify mode); the native mode sets its own
     gain = {} if MIN_GAIN_US is None else {"min_gain_us": MIN_GAIN_US}
+    if PROBE_CALLS is not None:
+        gain["probe_calls"] = PROBE_CALLS
     # a cache folder per configuration: decisions skipped under one least gain are not read under another
     config = "" if MIN_GAIN_US is None and VERIFY_K == 3 else f"-g{MIN_GAIN_US}-k{VERIFY_K}"
+    config += "" if PROBE_CALLS is None else f"-probe{PROBE_CALLS}"
     if mode == "predict":
         predict_folder = cache_root() / f"zoo-predict{config}"  # made once, as verify mode's: a step pays nothing
         return lambda: hook.enabled(cache=predict_folder, **sel, **gain)
@@ -510,8 +516,10 @@ def _child(args) -> int:
             kwargs = {"rounds": args.rounds, "slot_steps": args.slot_steps} if args.job == "paired" else {}
             result = JOBS[args.job](args.net, dtype, args.device, **kwargs)
             result["process"] = PROCESS
-            if MIN_GAIN_US is not None or VERIFY_K != 3:
+            if MIN_GAIN_US is not None or VERIFY_K != 3 or PROBE_CALLS is not None:
                 result["hook_config"] = {"min_gain_us": MIN_GAIN_US, "verify_k": VERIFY_K}
+                if PROBE_CALLS is not None:
+                    result["hook_config"]["probe_calls"] = PROBE_CALLS
             result["compiled_path"] = _compiled_path_status()
         except Exception as exc:  # noqa: BLE001 - a failed dtype is a result row; the next one still runs
             import traceback
@@ -574,6 +582,7 @@ def drive(args) -> None:
             **({"ALGOSEL_ZOO_NO_LOOK_FIRST": "1"} if args.no_look_first else {}),
             **({"ALGOSEL_ZOO_MIN_GAIN_US": str(args.min_gain_us)} if args.min_gain_us is not None else {}),
             **({"ALGOSEL_ZOO_VERIFY_K": str(args.verify_k)} if args.verify_k is not None else {}),
+            **({"ALGOSEL_ZOO_PROBE_CALLS": str(args.probe_calls)} if args.probe_calls is not None else {}),
         )
         t0 = time.perf_counter()
         try:
@@ -651,12 +660,14 @@ def cross_process_ratio(a_ms: list[float], b_ms: list[float], resamples: int = 2
 
 
 def config_label(row: dict) -> str:
-    """``, least gain 5 us, verify k 3`` for a row made with ``--min-gain-us`` or ``--verify-k``, else ``""``."""
+    """``, least gain 5 us, verify k 3`` for a row made with ``--min-gain-us``, ``--verify-k`` or ``--probe-calls``
+    (``, probe calls 0`` then), else ``""``."""
     config = row.get("hook_config")
     if not config:
         return ""
     gain = "" if config.get("min_gain_us") is None else f", least gain {config['min_gain_us']:g} us"
-    return f"{gain}, verify k {config.get('verify_k', 3)}"
+    probe = "" if config.get("probe_calls") is None else f", probe calls {config['probe_calls']}"
+    return f"{gain}, verify k {config.get('verify_k', 3)}{probe}"
 
 
 def own_process_lines(rows: list[dict]) -> list[str]:
@@ -855,6 +866,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=30, help="paired job: rotations of the modes' slots")
     p.add_argument("--min-gain-us", type=float, help="the hook's least gain a call (default: the hook's)")
     p.add_argument("--verify-k", type=int, help="verify mode's shortlist (default 3)")
+    p.add_argument("--probe-calls", type=int, help="calls a switch looks at the device before it is kept (0: none)")
     p.add_argument("--slot-steps", type=int, default=3, help="paired job: steps per slot (the FPN: a pass)")
     p.add_argument("--model", default=None, help="the hook's model directory (default: the shipped model)")
     p.add_argument("--processes", type=int, default=1, help="run each job this many times, a new process each")

@@ -213,8 +213,9 @@ def test_each_repeated_process_verifies_into_a_cache_of_its_own(monkeypatch):
 
 
 def test_the_least_gain_and_k_reach_the_modes_that_decide_and_a_cache_folder_of_their_own(monkeypatch):
-    """``--min-gain-us`` goes to prediction and verify mode only (the native mode routes every call whatever the
-    gain), ``--verify-k`` to verify mode; their decisions land in folders apart from the default configuration's."""
+    """``--min-gain-us`` and ``--probe-calls`` go to prediction and verify mode only (the native mode routes every
+    call whatever the gain), ``--verify-k`` to verify mode; their decisions land in folders apart from the default
+    configuration's."""
     import math
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
@@ -231,10 +232,17 @@ def test_the_least_gain_and_k_reach_the_modes_that_decide_and_a_cache_folder_of_
     assert (predict["min_gain_us"], verify["min_gain_us"], native["min_gain_us"]) == (5.0, 5.0, math.inf)
     assert verify["verify"] == 6 and "verify" not in predict
     assert (predict["cache"].name, verify["cache"].name) == ("zoo-predict-g5.0-k6", "zoo-verify-g5.0-k6")
+    monkeypatch.setattr(zoo, "PROBE_CALLS", 0)
+    predict, native = zoo._mode("predict", Hook())(), zoo._mode("native", Hook())()
+    assert predict["probe_calls"] == 0 and "probe_calls" not in native
+    assert predict["cache"].name == "zoo-predict-g5.0-k6-probe0"
+    monkeypatch.setattr(zoo, "PROBE_CALLS", None)
     monkeypatch.setattr(zoo, "MIN_GAIN_US", None)
     monkeypatch.setattr(zoo, "VERIFY_K", 3)
     predict = zoo._mode("predict", Hook())()
-    assert "min_gain_us" not in predict and predict["cache"].name == "zoo-predict"
+    assert "min_gain_us" not in predict and "probe_calls" not in predict and predict["cache"].name == "zoo-predict"
+    row = {"hook_config": {"min_gain_us": 5.0, "verify_k": 3, "probe_calls": 0}}
+    assert zoo.config_label(row) == ", least gain 5 us, verify k 3, probe calls 0"
 
 
 def test_step_profile_prints_its_tables_and_writes_them(tmp_path):
