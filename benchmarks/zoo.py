@@ -714,9 +714,10 @@ def summarize(path: Path) -> str:
     for r in rows:
         if "error" not in r:
             # verify mode timing at a signature's first call (--no-look-first, and every row from before looking
-            # first was the default, which has no verify_look_first) is another configuration: a row of its own
-            key = (r["net"], r["dtype"] + ("" if r.get("verify_look_first") else ", timing at first call")
-                   + config_label(r))  # fmt: skip
+            # first was the default, which has no verify_look_first) is another configuration: a row of its own;
+            # benchmark mode's own processes run no verify mode and join the row of their configuration
+            first_call = r.get("job") != "benchmark" and not r.get("verify_look_first")
+            key = (r["net"], r["dtype"] + (", timing at first call" if first_call else "") + config_label(r))
             by.setdefault(key, {}).update({k: v for k, v in r.items() if k not in ("job",)})
             if r.get("job") == "paired":
                 paired.setdefault(key, []).append(r)

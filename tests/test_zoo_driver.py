@@ -451,3 +451,21 @@ def test_verify_mode_meets_benchmark_mode_across_processes_with_an_interval_over
     assert zoo.own_process_lines(rows) == [
         "verify mode (warm) / benchmark mode in processes of their own (n, float32; 1 + 1 processes): "
         "steps 0.900 (0.900-0.900), kernels 0.800 (0.800-0.800), cold / tuning 0.125 (0.125-0.125)"]  # fmt: skip
+
+
+def test_benchmark_mode_s_own_process_joins_the_row_of_verify_mode_looking_first(tmp_path, monkeypatch):
+    """A benchmark job runs no verify mode: its row is not one "timing at first call", but the paired row's own, so
+    that the table sets verify mode's warm steps against its steady steps and cold pass against its tuning."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import zoo
+
+    paired = {"net": "squeezenet1_1", "dtype": "float32", "job": "paired", "verify_look_first": True,
+              "default_step_ms": 8.0, "verify_step_ms": 8.0, "verify_cold_first_pass_s": 0.4}  # fmt: skip
+    bench = {"net": "squeezenet1_1", "dtype": "float32", "job": "benchmark", "benchmark_step_ms": 7.0,
+             "benchmark_first_pass_s": 8.0}  # fmt: skip
+    path = tmp_path / "zoo.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in (paired, bench)) + "\n")
+    table = zoo.summarize(path)
+    rows = [line for line in table.splitlines() if line.startswith("| squeezenet1_1")]
+    assert len(rows) == 1 and "timing at first call" not in rows[0]
+    assert "| 1.143 |" in rows[0] and "| 0.050 |" in rows[0]  # 8.0 / 7.0 and 0.4 / 8.0
