@@ -161,21 +161,22 @@ def _mode(mode: str, hook):
         from algosel.learn.selector import Selector
 
         sel = {"selector": _selector(Selector, MODEL)}
-    # the least gain applies where the hook decides (prediction and verify mode); the native mode sets its own
-    gain = {} if MIN_GAIN_US is None else {"min_gain_us": MIN_GAIN_US}
+    # the least gain and the probe calls apply where the hook decides (prediction and verify mode); the native mode
+    # sets its own least gain and never switches
+    deciding = {} if MIN_GAIN_US is None else {"min_gain_us": MIN_GAIN_US}
     if PROBE_CALLS is not None:
-        gain["probe_calls"] = PROBE_CALLS
+        deciding["probe_calls"] = PROBE_CALLS
     # a cache folder per configuration: decisions skipped under one least gain are not read under another
     config = "" if MIN_GAIN_US is None and VERIFY_K == 3 else f"-g{MIN_GAIN_US}-k{VERIFY_K}"
     config += "" if PROBE_CALLS is None else f"-probe{PROBE_CALLS}"
     if mode == "predict":
         predict_folder = cache_root() / f"zoo-predict{config}"  # made once, as verify mode's: a step pays nothing
-        return lambda: hook.enabled(cache=predict_folder, **sel, **gain)
+        return lambda: hook.enabled(cache=predict_folder, **sel, **deciding)
     if mode == "verify":
         # a cache of its own per repeated process, so that each process's cold first pass is cold (the warm job
         # reads the first process's)
         folder = cache_root() / (f"zoo-verify{config}" + ("" if PROCESS == 0 else f"-p{PROCESS}"))
-        return lambda: hook.enabled(verify=VERIFY_K, cache=folder, look_first=LOOK_FIRST, **sel, **gain)
+        return lambda: hook.enabled(verify=VERIFY_K, cache=folder, look_first=LOOK_FIRST, **sel, **deciding)
     if mode == "native":  # routed in every block (never stepping aside): what the dispatch costs
         return lambda: hook.enabled(cache=False, min_gain_us=math.inf, step_aside=False, **sel)
     if mode == TUNED:
