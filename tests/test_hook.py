@@ -131,11 +131,15 @@ def test_far_from_the_records_a_predicted_switch_needs_the_larger_margin(shipped
 
 class DefaultTakes(UnrecordedPredicting):
     """... whose PyTorch's default takes ``default_us`` and every other candidate ``others_us`` (default: none
-    faster)."""
+    faster), every problem at ``distance`` from the records (default: near them)."""
 
-    def __init__(self, sel, default_us: float, others_us: float | None = None):
+    def __init__(self, sel, default_us: float, others_us: float | None = None, distance: float = 0.0):
         super().__init__(sel)
         self._default_us, self._others_us = default_us, default_us if others_us is None else others_us
+        self._distance = distance
+
+    def records_distance(self, problem):
+        return self._distance
 
     def predicted_time_ms(self, problem, candidate_ids):
         return {c: (self._default_us if c == "pytorch:default" else self._others_us) / 1e3 for c in candidate_ids}
@@ -232,6 +236,56 @@ def test_verify_mode_times_only_candidates_predicted_within_the_ratio_of_the_def
     assert why == "" and len(ids) == 1 and len(slower.shortlist_to_time(problem, prune=False)[0]) == 3
     faster = hook.Executor(selector=DefaultTakes(shipped, 200.0, 150.0), live=False, verify=3, cache=False)
     assert len(faster.shortlist_to_time(problem)[0]) == 3
+
+
+FAR = executor_mod.NEAR_RECORDS_DISTANCE + 0.5
+
+
+def test_far_from_the_records_verify_mode_times_the_live_lists_top_without_the_gain_filter(shipped):
+    """Far from the records the nearest recorded list may not be the problem's own (a grouped convolution's) and
+    the predicted times are extrapolations: the shortlist is the model's top of cuDNN's live list, timed whatever
+    the predicted gain; near them, the nearest list, filtered."""
+    problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
+    asked = []
+
+    def live_choices(p, k):  # the live list's top: the nearest list's last candidates
+        asked.append((p, k))
+        return [c for c in shipped.choose(p, top_k=200) if c.candidate_id != "pytorch:default"][-k:]
+
+    nearest = [c.candidate_id for c in shipped.choose(problem, top_k=5) if c.candidate_id != "pytorch:default"][:3]
+    for distance in (0.0, executor_mod.NEAR_RECORDS_DISTANCE, FAR):
+        # 9 us predicted to be saved: under 20 us / 2, so a near problem is not timed
+        ex = hook.Executor(selector=DefaultTakes(shipped, 50.0, 41.0, distance), live=True, verify=3, cache=False)
+        ex._live_ok = lambda: True
+        ex._live_choices = live_choices
+        asked.clear()
+        ids, why = ex.shortlist_to_time(problem)
+        assert ex.far_from_records(problem) == (distance == FAR)
+        if distance == FAR:
+            assert (ids, why) == ([c.candidate_id for c in live_choices(problem, 4)][:3], "")
+            assert asked[0] == (problem, 4)  # the verify + 1 first (PyTorch's default may be among them)
+            # looking first decides from the nearest list: no live query before the looks found the device busy
+            asked.clear()
+            assert ex.shortlist_to_time(problem, live=False)[0] == nearest and not asked
+        else:
+            assert (ids, why) == ([], executor_mod.PREDICTED_GAIN_TOO_SMALL) and not asked
+            assert ex.shortlist_to_time(problem, gain_filter=False)[0] == nearest
+
+
+def test_far_from_the_records_a_default_too_short_to_pay_is_still_not_timed(shipped):
+    ex = hook.Executor(selector=DefaultTakes(shipped, 5.0, 0.0, FAR), live=True, verify=3, cache=False)
+    ex._live_choices = lambda p, k: pytest.fail("queried cuDNN's live list")
+    ids, why = ex.shortlist_to_time(ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1))
+    assert (ids, why) == ([], executor_mod.TOO_SHORT_TO_PAY)
+
+
+def test_far_from_the_records_without_cudnns_lists_the_nearest_list_is_timed(shipped):
+    """On a machine where cuDNN's live list cannot be queried, a far problem's shortlist is the nearest list's."""
+    problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
+    ex = hook.Executor(selector=DefaultTakes(shipped, 50.0, 41.0, FAR), live=False, verify=3, cache=False)
+    ex._live_choices = lambda p, k: pytest.fail("queried cuDNN's live list")
+    nearest = [c.candidate_id for c in shipped.choose(problem, top_k=5) if c.candidate_id != "pytorch:default"][:3]
+    assert ex.shortlist_to_time(problem) == (nearest, "")
 
 
 def test_without_a_time_model_verify_mode_times_every_problem(shipped):

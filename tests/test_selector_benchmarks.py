@@ -239,3 +239,28 @@ def test_neighbour_feature_takes_each_problems_nearest_among_the_training_proble
                              params)  # fmt: skip
     assert base["problems"] == more["problems"] > 0 and base["geomean"] >= 1.0 and more["geomean"] >= 1.0
     assert 0.0 <= base["within_5pct"] <= 1.0 and base["total"] >= 1.0
+
+
+def test_verify_far_scores_each_rule_on_a_swept_network_the_records_lack():
+    """benchmarks/verify_far.py on the zoo's float32 sweep with RegNetY's calls per step: the executor's rule
+    (far problems: the live list, unfiltered) times more problems than the rule before it, and finds what timing
+    can (never above PyTorch's default, never below the best)."""
+    cmd = [sys.executable, str(REPO / "benchmarks" / "verify_far.py"), str(REPO / "data" / "sweeps" / "h200-zoo-f32"),
+           "--layers", str(REPO / "data" / "layers" / "regnet_y_800mf-b64.csv")]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("180 problems the records lack")
+    rules = {}
+    for line in lines:
+        if "timed" in line:
+            name, rest = line.strip().split("  timed")
+            f = rest.replace("(", " ").replace(")", " ").split()
+            rules.setdefault(name.strip(), []).append((int(f[0]), int(f[3]), float(f[7]), float(f[10]), float(f[14])))
+    assert len(rules) == 4 and all(len(v) == 2 for v in rules.values())  # all problems, then RegNetY's
+    for timed, live, found_vs_default, found_vs_best, best_vs_default in (r for v in rules.values() for r in v):
+        assert 0 <= live <= timed and found_vs_default <= 1.0 and found_vs_best >= 1.0
+        assert found_vs_default == pytest.approx(found_vs_best * best_vs_default, abs=2e-3)
+    before, now = rules["nearest list, filter everywhere"], rules["executor"]
+    assert before[0][1] == 0 and now[0][0] > before[0][0] and now[0][1] > 0
+    assert now[1][2] < before[1][2]  # RegNetY: its grouped convolutions' gains are found

@@ -1,0 +1,152 @@
+"""Verify mode far from the records: which list its shortlist comes from and where its predicted-gain filter applies,
+scored on sweeps of problems the model's records lack (CPU).
+
+    python benchmarks/verify_far.py data/sweeps/h200-zoo-f32 data/sweeps/h200-layers data/sweeps/h200-mynet \
+        [--layers data/layers/regnet_y_800mf-b64.csv ...]
+
+Every candidate of these sweeps' problems was timed, so a problem's swept list stands in for cuDNN's live list of it
+(what ``Executor._live_choices`` ranks on a GPU) and its records score what timing a shortlist would find: the
+fastest of the shortlist and PyTorch's default, kept where it saves at least the least gain (20 us) and 3%
+(``MIN_MEASURED_RATIO``), else the default. Problems the shipped model's records hold are left out. Rules compared,
+each through the executor's own ``shortlist_to_time``:
+
+- ``nearest list, filter everywhere``: the rule before ``far_from_records`` (every problem treated as near);
+- ``executor``: the executor's rule (far problems: the live list, no predicted-gain filter);
+- ``live list everywhere``, and ``live list, no filter`` (what timing more would find).
+
+Per rule: problems timed (each costs the cold first pass ~20-45 ms on the H200, a live query ~50 ms more), live
+lists queried, and the summed time of the problems against PyTorch's default's and the best's. With ``--layers``
+(``algosel layers`` files), the same per network, each problem weighted by its calls per step (float32 NCHW).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+from pathlib import Path
+
+from standins import Unrecorded
+
+from algosel.problem import ConvProblem
+
+_FIELDS = ("n", "c", "k", "h", "w", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h", "dilation_w",
+           "groups")  # fmt: skip
+
+
+class Near(Unrecorded):
+    """The selector with every problem near its records: the rule before ``far_from_records``."""
+
+    def records_distance(self, problem):
+        return 0.0
+
+
+def swept_problems(paths: list[str]) -> dict[ConvProblem, list[dict]]:
+    """Every problem of the sweeps with its ``ok`` rows (PyTorch's default among them)."""
+    import pandas as pd
+
+    parts = [f for p in paths for f in sorted(Path(p).glob("*.parquet"))]
+    if not parts:
+        raise SystemExit(f"verify_far: no record parts under {', '.join(paths)}")
+    df = pd.concat([pd.read_parquet(f) for f in parts])
+    df = df[df.status == "ok"]
+    out = {}
+    for _, sub in df.groupby("problem_key"):
+        if "pytorch:default" not in set(sub.candidate_id):
+            continue
+        r0 = sub.iloc[0]
+        p = ConvProblem(**{f: int(r0[f]) for f in _FIELDS}, dtype=r0["dtype"], layout=r0["layout"],
+                        direction=r0["direction"])  # fmt: skip
+        out[p] = sub.to_dict("records")
+    return out
+
+
+def executors(sel, lists: dict[ConvProblem, list[dict]]) -> dict[str, tuple]:
+    """Per rule: an executor whose live list of a problem is its swept list, and ``shortlist_to_time``'s keywords."""
+    from algosel.runtime.executor import Executor
+
+    def make(selector):
+        ex = Executor(selector=selector, verify=3, cache=False, native=False, live=True)
+        ex._live_ok = lambda: True
+        ex._live_choices = lambda p, k: sel.rank_rows(p, lists[p], None)[:k]
+        return ex
+
+    ex = make(sel)
+    return {
+        "nearest list, filter everywhere": (make(Near(sel)), {}),
+        "executor": (ex, {}),
+        "live list everywhere": (ex, {"live": True}),
+        "live list, no filter": (ex, {"live": True, "gain_filter": False}),
+    }
+
+
+def found_ms(rows: list[dict], ids: list[str], min_gain_us: float) -> float:
+    """What timing ``ids`` finds: the fastest of them where it pays the least gain and 3%, else the default."""
+    from algosel.runtime.executor import MIN_MEASURED_RATIO
+
+    times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows}
+    default_ms = times["pytorch:default"]
+    timed = [times[c] for c in ids if c in times]
+    best = min(timed, default=default_ms)
+    pays = 1e3 * (default_ms - best) >= min_gain_us and default_ms >= MIN_MEASURED_RATIO * best
+    return best if pays else default_ms
+
+
+def score(sel, lists, weights: dict[ConvProblem, int] | None = None) -> list[str]:
+    lines = []
+    for name, (ex, kw) in executors(sel, lists).items():
+        total = collections.Counter()
+        timed = live = 0
+        for p, rows in lists.items():
+            w = 1 if weights is None else weights.get(p, 0)
+            if not w:
+                continue
+            times = [float(r["time_ms_median"]) for r in rows]
+            default_ms = next(float(r["time_ms_median"]) for r in rows if r["candidate_id"] == "pytorch:default")
+            ids, why = ex.shortlist_to_time(p, **kw)
+            timed += bool(ids)
+            live += bool(ids) and kw.get("live", ex.far_from_records(p))
+            total["default"] += w * default_ms
+            total["best"] += w * min(times)
+            total["found"] += w * (found_ms(rows, ids, ex.min_gain_us) if ids else default_ms)
+        lines.append(f"  {name:32s} timed {timed:4d}  live lists {live:4d}  total / default "
+                     f"{total['found'] / total['default']:.3f}  / best {total['found'] / total['best']:.3f}"
+                     f"  (best / default {total['best'] / total['default']:.3f})")  # fmt: skip
+    return lines
+
+
+def layer_weights(path: str, lists) -> dict[ConvProblem, int]:
+    """Calls per step of each swept float32 NCHW problem (every direction) of a layers file."""
+    calls = collections.Counter()
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            calls[tuple(int(row[k]) for k in _FIELDS)] += 1
+    return {p: calls[tuple(getattr(p, k) for k in _FIELDS)] for p in lists
+            if p.dtype == "float32" and p.layout == "nchw"}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("sweeps", nargs="+", help="record folders (algosel sweep --out)")
+    ap.add_argument("--model", help="model directory (default: the shipped one)")
+    ap.add_argument("--layers", action="append", default=[], help="a layers file: the same per network")
+    args = ap.parse_args(argv)
+    from algosel.learn.models import load_default
+    from algosel.learn.selector import Selector
+    from algosel.runtime.executor import NEAR_RECORDS_DISTANCE
+
+    sel = Selector.load(args.model) if args.model else load_default()
+    lists = {p: rows for p, rows in swept_problems(args.sweeps).items() if not sel.is_recorded(p)}
+    far = sum(sel.records_distance(p) > NEAR_RECORDS_DISTANCE for p in lists)
+    print(f"{len(lists)} problems the records lack ({far} far from them)")
+    for line in score(sel, lists):
+        print(line)
+    for path in args.layers:
+        print(f"{Path(path).stem}, weighted by calls per step:")
+        for line in score(sel, lists, layer_weights(path, lists)):
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
