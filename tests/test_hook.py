@@ -745,6 +745,41 @@ def test_a_switch_is_made_only_where_the_device_is_busy_when_its_calls_arrive(ex
     assert hook.stats() == {"pytorch:probing the device": 7, expected: 3}, hook.stats()  # the 8th look decided
 
 
+@pytest.mark.parametrize(("forward_busy", "backward_busy", "grad", "kept"), [
+    (False, True, True, True),  # a step device-bound in its backward only: the switch (of its gradients too) pays
+    (True, False, True, True),
+    (False, False, True, False),
+    (False, True, False, False),  # no gradient: the forward looks alone decide
+])  # fmt: skip
+def test_probation_looks_again_when_a_calls_gradient_comes_back(executor, monkeypatch, forward_busy, backward_busy,
+                                                                grad, kept):  # fmt: skip
+    """A gradient hook looks at the device as the backward reaches each call on probation; the switch is made where
+    the forward looks or the backward looks find the device busy in MIN_BUSY_FRACTION of them."""
+    # the forward looks at the input (64 channels), the backward at the output's gradient (32)
+    monkeypatch.setattr(executor_mod, "device_busy", lambda t: forward_busy if t.shape[1] == 64 else backward_busy)
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    x = torch.randn(4, 64, 6, 6, requires_grad=grad)
+    w = torch.randn(32, 64, 6, 6, requires_grad=grad)
+    with hook.enabled(ex):
+        for _ in range(10):
+            out = F.conv2d(x, w)
+            if grad:
+                out.sum().backward()
+                torch.testing.assert_close(w.grad, x.detach().sum(0, keepdim=True).expand_as(w), atol=1e-3,
+                                           rtol=1e-3)  # fmt: skip
+                x.grad = w.grad = None
+    (route,) = ex._routes.values()
+    assert route.probe is None and len(route.reasons) == (3 if grad else 1)
+    idle = f"pytorch:{executor_mod.DEVICE_IDLE}"
+    if kept:  # the forward's switch and the input gradient's (the weight gradient's gain is under the threshold)
+        assert route.kind != "native" and route.reasons[:2] == ("gemm", "gemm") and idle not in route.reasons
+    else:
+        assert route.kind == "native" and set(route.reasons) == {idle}, route.reasons
+    looks = ex.looks
+    assert (looks.calls, looks.back_calls) == (8, 7 if grad else 0)  # the 8th forward look decided
+
+
 @pytest.mark.parametrize(("busy_convs", "idle_convs", "kept"), [(1, 0, True), (4, 1, True), (2, 1, False),
                                                                 (1, 1, False)])  # fmt: skip
 def test_a_switch_busy_at_its_own_calls_is_dropped_where_most_of_the_networks_calls_find_the_device_idle(

@@ -31,9 +31,11 @@ A gain in device time is worth nothing where the device waits for the host: a ho
 on an H200) runs as fast as the host enqueues it, and a switch costs it host time without shortening it. So a route
 that switches a CUDA convolution away from PyTorch's path starts on probation: its first calls run PyTorch's own
 convolution while the executor looks whether the device is still busy with earlier work when the call arrives
-(``cudaStreamQuery`` on the call's stream, about a microsecond). Where it is, in at least ``MIN_BUSY_FRACTION`` of
-``PROBE_CALLS`` calls (the host is ahead, the device decides the step's time), the switch is made; where the device
-sat idle, the route passes through for good (``pytorch:device idle at the call``); so does it where the looks of
+(``cudaStreamQuery`` on the call's stream, about a microsecond), and again when the call's gradient comes back (a
+gradient hook, just before autograd enqueues its backward directions). Where it is, in at least
+``MIN_BUSY_FRACTION`` of ``PROBE_CALLS`` calls' forward looks or of their backward looks (the host is ahead, the
+device decides the step's time), the switch is made; where the device sat idle at both, the route passes through
+for good (``pytorch:device idle at the call``); so does it where the looks of
 all the routes on probation, pooled, found the device busy in less than ``MIN_NETWORK_BUSY_FRACTION`` of them (the
 step as a whole is host-bound: ``pytorch:device idle at most of the network's calls``). With ``look_first``, verify
 mode takes the looks before it times a new signature's shortlist, and times it only where they find the device
@@ -138,7 +140,11 @@ PROBE_CALLS = 8
 #: 0.26 for the tutorial's MyNet, whose switches made the step slower (1.08x and 1.03x the default's), and 0.72-0.84
 #: for EfficientNet-B0, MobileNetV3-L and DeepLabV3, where switches paid; per route, 0.75 dropped every switched
 #: direction of EfficientNet-V2-S (24) and 12 of MyNet's 13, and kept 9 of EfficientNet-B0's 12 (docs/hook.md,
-#: "Probation").
+#: "Probation"). The backward looks count as much: a step whose device starts idle (after a sync: a loss read back
+#: each step, the zoo's timed passes) finds it idle at the first forward calls and can still be device-bound in its
+#: backward (float32 RegNetY-800MF on the H200: its looks before timing found the device idle at the forward calls of
+#: 38 directions, while benchmark mode's kernels were 9% shorter than the default's; ``device_busy.py`` found the
+#: default's backward busy at 0.98 of the calls).
 MIN_BUSY_FRACTION = 0.75
 #: ... and the least share of all the looks of the executor's routes on probation so far (every switching
 #: convolution of the network, pooled) that must have found it busy. A convolution's own calls can find the device
@@ -264,8 +270,18 @@ class _Route:
 class _Probe:
     """A switching route's looks at the device before its switch is made (module docstring)."""
 
-    calls: int = 0  # looks that count
+    calls: int = 0  # looks at the forward calls that count
     busy: int = 0  # of them, those that found the device busy
+    back_calls: int = 0  # looks when a call's gradient reached it (its backward directions about to be enqueued)
+    back_busy: int = 0
+
+    def idle(self, min_fraction: float) -> bool:
+        """Whether the device was busy in less than ``min_fraction`` of the forward looks and of the backward
+        looks alike: a switch saves device time where either of its calls' kinds finds the device busy (a step
+        that starts with an idle device, after a sync, can be device-bound in its backward)."""
+        forward = self.busy >= min_fraction * self.calls if self.calls else False
+        backward = self.back_busy >= min_fraction * self.back_calls if self.back_calls else False
+        return not (forward or backward) and (self.calls or self.back_calls) > 0
 
 
 def device_busy(x: torch.Tensor) -> bool | None:
@@ -1102,8 +1118,12 @@ def run_conv(ex: Executor, x, w, b, stride, padding, dilation, groups) -> torch.
     if route.unseen is not None:
         route.unseen.add(route.problem, 1)
     if route.probe is not None:
+        probe = route.probe
         if not _probe(ex, route, x):
-            return original_conv2d(x, w, b, stride, padding, dilation, groups)
+            out = original_conv2d(x, w, b, stride, padding, dilation, groups)
+            if out.requires_grad:  # and look again when its gradient comes back
+                out.register_hook(_look_back(ex, probe))
+            return out
         ex.hold_in_table(route, x, w, b, stride, padding, dilation, groups)
     kind = route.kind
     if kind == "native":
@@ -1141,8 +1161,8 @@ def _probe(ex: Executor, route: _Route, x: torch.Tensor) -> bool:
         return False
     route.probe = None
     ex._routes_changed = True
-    idle = (DEVICE_IDLE if probe.busy < MIN_BUSY_FRACTION * probe.calls
-            else NETWORK_IDLE if ex.looks.busy < MIN_NETWORK_BUSY_FRACTION * ex.looks.calls else None)  # fmt: skip
+    idle = (DEVICE_IDLE if probe.idle(MIN_BUSY_FRACTION)
+            else NETWORK_IDLE if ex.looks.idle(MIN_NETWORK_BUSY_FRACTION) else None)  # fmt: skip
     if route.key is not None:  # it looked before timing: untimed where idle, timed at the next call where busy
         if idle is None:
             return _time_next(ex, route)
@@ -1158,6 +1178,22 @@ def _probe(ex: Executor, route: _Route, x: torch.Tensor) -> bool:
         route.kind = "native"
         route.reasons = (f"pytorch:{idle}",) * len(route.reasons)
     return True
+
+
+def _look_back(ex: Executor, probe: _Probe) -> Callable[[torch.Tensor], None]:
+    """The gradient hook of a call on probation: a look at the device when the call's output gradient is ready,
+    just before autograd enqueues the call's backward directions (which the route's switch also changes)."""
+
+    def look(grad: torch.Tensor) -> None:
+        if time.perf_counter() - _planned_at_s[0] < PROBE_SETTLE_S:
+            return
+        busy = None if grad.is_cuda and torch.cuda.is_current_stream_capturing() else device_busy(grad)
+        if busy is not None:
+            for looks in (probe, ex.looks):
+                looks.back_calls += 1
+                looks.back_busy += busy
+
+    return look
 
 
 def _time_next(ex: Executor, route: _Route) -> bool:
