@@ -469,3 +469,24 @@ def test_benchmark_mode_s_own_process_joins_the_row_of_verify_mode_looking_first
     rows = [line for line in table.splitlines() if line.startswith("| squeezenet1_1")]
     assert len(rows) == 1 and "timing at first call" not in rows[0]
     assert "| 1.143 |" in rows[0] and "| 0.050 |" in rows[0]  # 8.0 / 7.0 and 0.4 / 8.0
+
+
+def test_kernel_table_compares_two_modes_by_convolution():
+    """benchmarks/kernel_table.py --compare on the H200 tables of RegNetY-800MF float32: the op benchmark mode gains
+    most on comes first (the 20-group 3x3 convolution's gradients), with each mode's kernels."""
+    results = REPO / "benchmarks" / "results"
+    a, b = (results / f"kernels-h200-20261203-regnet_y_800mf-float32-{m}.json" for m in ("default", "benchmark"))
+    cmd = [sys.executable, str(REPO / "benchmarks" / "kernel_table.py"), "--compare", str(a), str(b), "--top", "2"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "regnet_y_800mf float32: kernels a step default 24.50 ms, benchmark 21.94 ms"
+    assert lines[1].split()[0] == "1806" and "[320, 16, 3, 3]" in lines[1] and ", 20, [True, True, False]]" in lines[1]
+    assert lines[2].startswith("    default: 2459 sm80_xmma_wgrad") and lines[3].startswith("    benchmark: 766 ")
+    assert len(lines) == 1 + 2 * 3
+
+
+def test_kernel_table_names_a_bad_mode_in_one_line():
+    cmd = [sys.executable, str(REPO / "benchmarks" / "kernel_table.py"), "resnet50", "float32", "tuned", "x.json"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 2 and "MODE one of default, benchmark, verify" in res.stderr.splitlines()[-1]
