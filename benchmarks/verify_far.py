@@ -61,6 +61,14 @@ def swept_problems(paths: list[str]) -> dict[ConvProblem, list[dict]]:
     return out
 
 
+def listed(rows: list[dict], modes: tuple[str, ...] | None) -> list[dict]:
+    """The rows of the heuristic ``modes``' lists (by the ranks the sweep recorded), with the candidates of other
+    spaces (GEMM lowering, PyTorch's default); all of them where ``modes`` is None."""
+    if modes is None:
+        return rows
+    return [r for r in rows if r["space"] != "cudnn" or any(r.get(f"rank_{m}", -1) >= 0 for m in modes)]
+
+
 def executors(sel, lists: dict[ConvProblem, list[dict]]) -> dict[str, tuple]:
     """Per rule: an executor whose live list of a problem is its swept list, and ``shortlist_to_time``'s keywords."""
     from algosel.runtime.executor import Executor
@@ -68,7 +76,7 @@ def executors(sel, lists: dict[ConvProblem, list[dict]]) -> dict[str, tuple]:
     def make(selector):
         ex = Executor(selector=selector, verify=3, cache=False, native=False, live=True)
         ex._live_ok = lambda: True
-        ex._live_choices = lambda p, k: sel.rank_rows(p, lists[p], None)[:k]
+        ex._live_choices = lambda p, k, modes=None: sel.rank_rows(p, listed(lists[p], modes), None)[:k]
         return ex
 
     ex = make(sel)

@@ -451,6 +451,9 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
         out[f"{m}_stats"] = hook.stats()
         with ctx[m]() as ex:
             out[f"{m}_routes"], out[f"{m}_blocks_aside"] = ex.route_reasons(), ex.blocks_aside
+            # probation's pooled looks at the device: forward calls, busy ones, backward calls, busy ones
+            looks = ex.looks
+            out[f"{m}_looks"] = [looks.calls, looks.busy, looks.back_calls, looks.back_busy]
     return out
 
 

@@ -248,8 +248,8 @@ def test_far_from_the_records_verify_mode_times_the_live_lists_top_without_the_g
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
     asked = []
 
-    def live_choices(p, k):  # the live list's top: the nearest list's last candidates
-        asked.append((p, k))
+    def live_choices(p, k, modes=None):  # the live list's top: the nearest list's last candidates
+        asked.append((p, k, modes))
         return [c for c in shipped.choose(p, top_k=200) if c.candidate_id != "pytorch:default"][-k:]
 
     nearest = [c.candidate_id for c in shipped.choose(problem, top_k=5) if c.candidate_id != "pytorch:default"][:3]
@@ -263,7 +263,8 @@ def test_far_from_the_records_verify_mode_times_the_live_lists_top_without_the_g
         assert ex.far_from_records(problem) == (distance == FAR)
         if distance == FAR:
             assert (ids, why) == ([c.candidate_id for c in live_choices(problem, 4)][:3], "")
-            assert asked[0] == (problem, 4)  # the verify + 1 first (PyTorch's default may be among them)
+            # the verify + 1 first (PyTorch's default may be among them), of heuristic modes A's and FALLBACK's lists
+            assert asked[0] == (problem, 4, ("a", "fallback")) == (problem, 4, executor_mod.VERIFY_LIVE_MODES)
             # looking first decides from the nearest list: no live query before the looks found the device busy
             asked.clear()
             assert ex.shortlist_to_time(problem, live=False)[0] == nearest and not asked
@@ -1115,3 +1116,10 @@ def test_looking_first_decides_a_recorded_direction_once(shipped, monkeypatch):
         for _ in range(3):
             F.conv2d(x, w)
     assert len(decided) == 1 and timer.timed == [] and ex._known == {}
+
+
+def test_cudnn_space_names_an_unknown_heuristic_mode():
+    from algosel.spaces import get_space
+
+    with pytest.raises(ValueError, match="unknown heuristic mode 'instant' \\(known: a, b, fallback\\)"):
+        get_space("cudnn").enumerate(ConvProblem(n=1, c=8, k=8, h=8, w=8, r=3, s=3), modes=("a", "instant"))

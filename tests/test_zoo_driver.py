@@ -41,6 +41,7 @@ def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
         assert r["predict_vs_default"] > 0 and r["verify_cold_first_pass_s"] > 0
         assert sum(r["predict_routes"].values()) > 0  # the hook planned the steps' convolutions
         assert r["predict_blocks_aside"] >= 0 and isinstance(r["predict_stats"], dict)
+        assert r["verify_looks"] == [0, 0, 0, 0]  # CPU: no look at a device can tell, so none counts
     assert "geomean step time / default over 4 (network, dtype)" in res.stdout
     assert "benchmark mode paired (autocast), over 2:" in res.stdout
     assert "| fpn | float32 |" in res.stdout

@@ -129,6 +129,13 @@ PREDICTED_GAIN_TOO_SMALL = "predicted gain under the least gain"
 #: (``python benchmarks/verify_skip.py``), that is 2.30 candidates a problem instead of 3.00, keeping 98.6% of the
 #: device time per call timing finds (175 of its 180 switches); 0.9: 1.89 a problem, 98.3%.
 VERIFY_MAX_PREDICTED_RATIO = 1.0
+#: The heuristic modes whose lists verify mode ranks far from the records (``Executor.shortlist_to_time``). Mode B's
+#: list costs several times A's and FALLBACK's together: on the H200 (2026-12-03, 9 problems of the zoo) a query of
+#: the three took 10-101 ms a problem after the first (471 ms), mode A alone 0-3 ms, FALLBACK 1-2 ms, B 8-46 ms; the
+#: zoo's ConvNeXt-T float32 spent 2.1 s timing 15 far problems with the three lists, 0.255 of benchmark mode's
+#: tuning. On the 774 swept problems of ``benchmarks/verify_far.py``, A and FALLBACK find 0.955 of the default's total
+#: time where the three find 0.954.
+VERIFY_LIVE_MODES = ("a", "fallback")
 #: Candidates of the model's shortlist whose predicted times are compared, on a problem the records lack.
 PREDICT_TOP_K = 3
 #: Calls of a switching route's signature that look at the device (see the module docstring) before the switch is
@@ -681,11 +688,12 @@ class Executor:
             return self.selector.choose(problem, self.max_workspace_bytes, top_k=k, live=False)
         return self._live_choices(problem, k)
 
-    def _live_choices(self, problem: ConvProblem, k: int):
-        """The model's top ``k`` of cuDNN's live list for ``problem`` (with the offline candidates)."""
+    def _live_choices(self, problem: ConvProblem, k: int, modes: tuple[str, ...] | None = None):
+        """The model's top ``k`` of cuDNN's live list for ``problem`` (with the offline candidates); ``modes``: of
+        the heuristic modes' lists (default: A, B and FALLBACK)."""
         space = get_space("cudnn")
         try:
-            cands = space.enumerate(problem)
+            cands = space.enumerate(problem) if modes is None else space.enumerate(problem, modes=modes)
         except CandidateError:
             cands = []
         finally:
@@ -771,8 +779,10 @@ class Executor:
         if self._too_short_to_pay(problem):
             return [], TOO_SHORT_TO_PAY
         far = self.far_from_records(problem)
-        use_live = (far if live is None else live) and self._live_ok()
-        choices = self._choices(problem, use_live, self.verify + 1)
+        if (far if live is None else live) and self._live_ok():
+            choices = self._live_choices(problem, self.verify + 1, VERIFY_LIVE_MODES)
+        else:
+            choices = self._choices(problem, False, self.verify + 1)
         ids = [c.candidate_id for c in choices if c.candidate_id != "pytorch:default"][: self.verify]
         if not ids:
             return [], "predicted best"

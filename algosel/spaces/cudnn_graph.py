@@ -216,11 +216,16 @@ class CudnnGraphSpace(CandidateSpace):
         names = [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())]
         return _ModeGraph(graph=g, tensors={"x": x, "w": w, "y": y}, names=names)
 
-    def enumerate(self, problem: ConvProblem) -> list[Candidate]:
+    def enumerate(self, problem: ConvProblem, modes: tuple[str, ...] = _MODES) -> list[Candidate]:
+        """The engine configs of the heuristic ``modes``' lists (``a``, ``b``, ``fallback``), each once, with its
+        rank in each list."""
+        unknown = [m for m in modes if m not in _MODES]
+        if unknown:
+            raise ValueError(f"unknown heuristic mode {unknown[0]!r} (known: {', '.join(_MODES)})")
         state = _ProblemState()
         ranks: dict[str, dict[str, int]] = {}
         errors = []
-        for mode in _MODES:
+        for mode in modes:
             try:
                 mg = self._graph(problem, [mode])
             except Exception as exc:  # noqa: BLE001 - a mode with no config for the graph
