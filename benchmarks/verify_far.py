@@ -11,7 +11,8 @@ fastest of the shortlist and PyTorch's default, kept where it saves at least the
 each through the executor's own ``shortlist_to_time``:
 
 - ``nearest list, filter everywhere``: the rule before ``far_from_records`` (every problem treated as near);
-- ``executor``: the executor's rule (far problems: the live list, no predicted-gain filter);
+- ``executor``: the executor's rule (far problems: the live list of heuristic modes ``VERIFY_LIVE_MODES``, by the
+  ranks the sweep recorded, and no predicted-gain filter);
 - ``live list everywhere``, and ``live list, no filter`` (what timing more would find).
 
 Per rule: problems timed (each costs the cold first pass ~20-45 ms on the H200, a live query ~50 ms more), live

@@ -767,15 +767,15 @@ class Executor:
         Near the records (:meth:`far_from_records`), the model's top of the nearest recorded problem's list, where
         the predicted gain is worth timing (:func:`worth_a_closer_look`). Far from them, the model's top of cuDNN's
         live list of the problem (where it can be queried; ``live`` forces either list), and no predicted-gain
-        filter: the nearest recorded list of a grouped convolution (RegNet's, 8-49 groups, which no record holds)
+        filter: the nearest recorded list of a grouped convolution (RegNet's, 4-49 groups, which no record holds)
         names configs that are not the problem's own, and the model's predicted default there was half the
         measured one (H200, float32 RegNetY-800MF: the weight gradient of its 20-group 3x3 convolution, 404 us a
         call by PyTorch's default, 98 us by the live list's top 3, 404 us by the nearest list's). On 774
         unrecorded problems swept on the H200 (the zoo's RegNetY, SqueezeNet and ConvNeXt layers in float32,
         GoogLeNet's and MyNet's), timing that way instead of the nearest list with the filter everywhere took
-        their total time from 0.998 to 0.953 of the default's (best: 0.892) for 494 problems timed instead of 99,
-        466 of them with a live query (``python benchmarks/verify_far.py``; docs/hook.md, "Verify mode far from
-        the records")."""
+        their total time from 0.998 to 0.955 of the default's (best: 0.892) for 494 problems timed instead of 99,
+        466 of them with a live query of heuristic modes A's and FALLBACK's lists (``VERIFY_LIVE_MODES``; ``python
+        benchmarks/verify_far.py``; docs/hook.md, "Verify mode far from the records")."""
         if self._too_short_to_pay(problem):
             return [], TOO_SHORT_TO_PAY
         far = self.far_from_records(problem)
