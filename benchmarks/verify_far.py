@@ -15,24 +15,21 @@ each through the executor's own ``shortlist_to_time``:
   ranks the sweep recorded, and no predicted-gain filter);
 - ``live list everywhere``, and ``live list, no filter`` (what timing more would find).
 
-Per rule: problems timed (each costs the cold first pass ~20-45 ms on the H200, a live query ~50 ms more), live
-lists queried, and the summed time of the problems against PyTorch's default's and the best's. With ``--layers``
-(``algosel layers`` files), the same per network, each problem weighted by its calls per step (float32 NCHW).
+Per rule: problems timed (each costs the cold first pass ~20-45 ms on the H200), live lists queried (a query of the
+lists of modes A and FALLBACK costs a few ms, of all three 10-100 ms), and the summed time of the problems against
+PyTorch's default's and the best's. With ``--layers`` (``algosel layers`` files), the same per network, each problem
+weighted by its calls per step (float32 NCHW).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import csv
 from pathlib import Path
 
 from standins import Unrecorded
 
-from algosel.problem import ConvProblem
-
-_FIELDS = ("n", "c", "k", "h", "w", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h", "dilation_w",
-           "groups")  # fmt: skip
+from algosel.problem import SHAPE_FIELDS, ConvProblem
 
 
 class Near(Unrecorded):
@@ -43,22 +40,18 @@ class Near(Unrecorded):
 
 
 def swept_problems(paths: list[str]) -> dict[ConvProblem, list[dict]]:
-    """Every problem of the sweeps with its ``ok`` rows (PyTorch's default among them)."""
-    import pandas as pd
+    """Every problem of the sweeps with its timed rows (PyTorch's default among them)."""
+    from algosel.records.analysis import ok_rows
+    from algosel.records.store import RecordsError, load_records
 
-    parts = [f for p in paths for f in sorted(Path(p).glob("*.parquet"))]
-    if not parts:
-        raise SystemExit(f"verify_far: no record parts under {', '.join(paths)}")
-    df = pd.concat([pd.read_parquet(f) for f in parts])
-    df = df[df.status == "ok"]
+    try:
+        frame, _ = load_records(*paths)
+    except RecordsError as exc:
+        raise SystemExit(f"verify_far: {exc}") from None
     out = {}
-    for _, sub in df.groupby("problem_key"):
-        if "pytorch:default" not in set(sub.candidate_id):
-            continue
-        r0 = sub.iloc[0]
-        p = ConvProblem(**{f: int(r0[f]) for f in _FIELDS}, dtype=r0["dtype"], layout=r0["layout"],
-                        direction=r0["direction"])  # fmt: skip
-        out[p] = sub.to_dict("records")
+    for key, sub in ok_rows(frame).groupby("problem_key"):
+        if "pytorch:default" in set(sub.candidate_id):
+            out[ConvProblem.from_key(key)] = sub.to_dict("records")
     return out
 
 
@@ -77,7 +70,13 @@ def executors(sel, lists: dict[ConvProblem, list[dict]]) -> dict[str, tuple]:
     def make(selector):
         ex = Executor(selector=selector, verify=3, cache=False, native=False, live=True)
         ex._live_ok = lambda: True
-        ex._live_choices = lambda p, k, modes=None: sel.rank_rows(p, listed(lists[p], modes), None)[:k]
+        ex.live_queries = 0
+
+        def live_choices(p, k, modes=None):
+            ex.live_queries += 1
+            return sel.rank_rows(p, listed(lists[p], modes), None)[:k]
+
+        ex._live_choices = live_choices
         return ex
 
     ex = make(sel)
@@ -89,11 +88,11 @@ def executors(sel, lists: dict[ConvProblem, list[dict]]) -> dict[str, tuple]:
     }
 
 
-def found_ms(rows: list[dict], ids: list[str], min_gain_us: float) -> float:
-    """What timing ``ids`` finds: the fastest of them where it pays the least gain and 3%, else the default."""
+def found_ms(times: dict[str, float], ids: list[str], min_gain_us: float) -> float:
+    """What timing ``ids`` finds, by the recorded ``times``: the fastest of them where it pays the least gain and 3%,
+    else the default (also where ``ids`` is empty: nothing timed)."""
     from algosel.runtime.executor import MIN_MEASURED_RATIO
 
-    times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows}
     default_ms = times["pytorch:default"]
     timed = [times[c] for c in ids if c in times]
     best = min(timed, default=default_ms)
@@ -105,19 +104,19 @@ def score(sel, lists, weights: dict[ConvProblem, int] | None = None) -> list[str
     lines = []
     for name, (ex, kw) in executors(sel, lists).items():
         total = collections.Counter()
-        timed = live = 0
+        timed = 0
+        queried_before = ex.live_queries  # one executor serves several rules
         for p, rows in lists.items():
             w = 1 if weights is None else weights.get(p, 0)
             if not w:
                 continue
-            times = [float(r["time_ms_median"]) for r in rows]
-            default_ms = next(float(r["time_ms_median"]) for r in rows if r["candidate_id"] == "pytorch:default")
-            ids, why = ex.shortlist_to_time(p, **kw)
+            times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows}
+            ids, _ = ex.shortlist_to_time(p, **kw)
             timed += bool(ids)
-            live += bool(ids) and kw.get("live", ex.far_from_records(p))
-            total["default"] += w * default_ms
-            total["best"] += w * min(times)
-            total["found"] += w * (found_ms(rows, ids, ex.min_gain_us) if ids else default_ms)
+            total["default"] += w * times["pytorch:default"]
+            total["best"] += w * min(times.values())
+            total["found"] += w * found_ms(times, ids, ex.min_gain_us)
+        live = ex.live_queries - queried_before
         lines.append(f"  {name:32s} timed {timed:4d}  live lists {live:4d}  total / default "
                      f"{total['found'] / total['default']:.3f}  / best {total['found'] / total['best']:.3f}"
                      f"  (best / default {total['best'] / total['default']:.3f})")  # fmt: skip
@@ -126,11 +125,12 @@ def score(sel, lists, weights: dict[ConvProblem, int] | None = None) -> list[str
 
 def layer_weights(path: str, lists) -> dict[ConvProblem, int]:
     """Calls per step of each swept float32 NCHW problem (every direction) of a layers file."""
+    from algosel.measure.layers import load_layers
+
     calls = collections.Counter()
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            calls[tuple(int(row[k]) for k in _FIELDS)] += 1
-    return {p: calls[tuple(getattr(p, k) for k in _FIELDS)] for p in lists
+    for row in load_layers(path).to_dict("records"):
+        calls[tuple(int(row[k]) for k in SHAPE_FIELDS)] += int(row["calls"])
+    return {p: calls[tuple(getattr(p, k) for k in SHAPE_FIELDS)] for p in lists
             if p.dtype == "float32" and p.layout == "nchw"}  # fmt: skip
 
 

@@ -258,9 +258,14 @@ def test_verify_far_scores_each_rule_on_a_swept_network_the_records_lack():
             f = rest.replace("(", " ").replace(")", " ").split()
             rules.setdefault(name.strip(), []).append((int(f[0]), int(f[3]), float(f[7]), float(f[10]), float(f[14])))
     assert len(rules) == 4 and all(len(v) == 2 for v in rules.values())  # all problems, then RegNetY's
-    for timed, live, found_vs_default, found_vs_best, best_vs_default in (r for v in rules.values() for r in v):
-        assert 0 <= live <= timed and found_vs_default <= 1.0 and found_vs_best >= 1.0
+    for _, live, found_vs_default, found_vs_best, best_vs_default in (r for v in rules.values() for r in v):
+        assert 0 <= live and found_vs_default <= 1.0 and found_vs_best >= 1.0
         assert found_vs_default == pytest.approx(found_vs_best * best_vs_default, abs=2e-3)
+    # live lists counted as queried: the executor queries only the far problems it times; a rule of the live list
+    # everywhere queries every problem it times, and the near ones its filter then skips
+    assert all(live <= timed for timed, live, *_ in rules["executor"])
+    everywhere = rules["live list everywhere"] + rules["live list, no filter"]
+    assert all(live >= timed for timed, live, *_ in everywhere)
     before, now = rules["nearest list, filter everywhere"], rules["executor"]
     assert before[0][1] == 0 and now[0][0] > before[0][0] and now[0][1] > 0
     assert now[1][2] < before[1][2]  # RegNetY: its grouped convolutions' gains are found

@@ -681,19 +681,20 @@ class Executor:
 
         return allowed(row, problem.direction, problem.dtype, self.selector.blocked, self.max_workspace_bytes)
 
-    def _choices(self, problem: ConvProblem, live: bool, k: int):
-        """The model's top ``k`` for an unrecorded problem: cuDNN's live list ranked where it can be queried, else
-        the nearest recorded problem's list."""
+    def _choices(self, problem: ConvProblem, live: bool, k: int, modes: tuple[str, ...] | None = None):
+        """The model's top ``k`` for an unrecorded problem: cuDNN's live list ranked where it can be queried (of the
+        heuristic ``modes``' lists, :meth:`_live_choices`), else the nearest recorded problem's list."""
         if not live:
             return self.selector.choose(problem, self.max_workspace_bytes, top_k=k, live=False)
-        return self._live_choices(problem, k)
+        # stand-ins of _live_choices for the live list (tests, benchmarks) take (problem, k) where no modes are asked
+        return self._live_choices(problem, k) if modes is None else self._live_choices(problem, k, modes)
 
     def _live_choices(self, problem: ConvProblem, k: int, modes: tuple[str, ...] | None = None):
         """The model's top ``k`` of cuDNN's live list for ``problem`` (with the offline candidates); ``modes``: of
         the heuristic modes' lists (default: A, B and FALLBACK)."""
         space = get_space("cudnn")
         try:
-            cands = space.enumerate(problem) if modes is None else space.enumerate(problem, modes=modes)
+            cands = space.enumerate(problem, modes=modes)
         except CandidateError:
             cands = []
         finally:
@@ -779,10 +780,8 @@ class Executor:
         if self._too_short_to_pay(problem):
             return [], TOO_SHORT_TO_PAY
         far = self.far_from_records(problem)
-        if (far if live is None else live) and self._live_ok():
-            choices = self._live_choices(problem, self.verify + 1, VERIFY_LIVE_MODES)
-        else:
-            choices = self._choices(problem, False, self.verify + 1)
+        use_live = (far if live is None else live) and self._live_ok()
+        choices = self._choices(problem, use_live, self.verify + 1, VERIFY_LIVE_MODES)
         ids = [c.candidate_id for c in choices if c.candidate_id != "pytorch:default"][: self.verify]
         if not ids:
             return [], "predicted best"
@@ -958,8 +957,9 @@ class Executor:
             if known is None:  # from the records or the cache: nothing is timed
                 known = self._known[problem] = self.decide(problem, device)
             return EXEMPT if known.gain_us() >= PROBATION_EXEMPT_GAIN_US else ""
-        # the nearest recorded list, also far from the records: querying cuDNN's live list costs ~50 ms, which a
-        # signature whose looks find the device idle must not pay
+        # the nearest recorded list, also far from the records: a query of cuDNN's live list (a few ms for
+        # VERIFY_LIVE_MODES, milliseconds more per problem than the nearest list) is not paid by a signature whose
+        # looks find the device idle
         ids = self.shortlist_to_time(problem, live=False)[0]
         predicted = self._predicted_times()
         if ids and predicted is not None:
@@ -1158,14 +1158,11 @@ def _probe(ex: Executor, route: _Route, x: torch.Tensor) -> bool:
     """One call of a route on probation: look at the device; True where the route runs as decided from this call
     on (its switch made, or dropped for PyTorch's path), False where this call takes PyTorch's own path."""
     probe = route.probe
-    busy = None if x.is_cuda and torch.cuda.is_current_stream_capturing() else device_busy(x)
+    busy = _look_at(x)
     if busy is None and not x.is_cuda:  # nothing to look at (CPU): the decision stands
         route.probe = None
         return _time_next(ex, route) if route.key is not None else True
-    if busy is not None and time.perf_counter() - _planned_at_s[0] >= PROBE_SETTLE_S:
-        for looks in (probe, ex.looks):
-            looks.calls += 1
-            looks.busy += busy
+    _count_look(ex, probe, busy, backward=False)
     if probe.calls < ex.probe_calls:
         _counts[PROBING] += len(route.reasons)
         return False
@@ -1195,15 +1192,28 @@ def _look_back(ex: Executor, probe: _Probe) -> Callable[[torch.Tensor], None]:
     just before autograd enqueues the call's backward directions (which the route's switch also changes)."""
 
     def look(grad: torch.Tensor) -> None:
-        if time.perf_counter() - _planned_at_s[0] < PROBE_SETTLE_S:
-            return
-        busy = None if grad.is_cuda and torch.cuda.is_current_stream_capturing() else device_busy(grad)
-        if busy is not None:
-            for looks in (probe, ex.looks):
-                looks.back_calls += 1
-                looks.back_busy += busy
+        _count_look(ex, probe, _look_at(grad), backward=True)
 
     return look
+
+
+def _look_at(t: torch.Tensor) -> bool | None:
+    """:func:`device_busy` for probation (None inside a CUDA graph capture, where a stream query is not allowed)."""
+    return None if t.is_cuda and torch.cuda.is_current_stream_capturing() else device_busy(t)
+
+
+def _count_look(ex: Executor, probe: _Probe, busy: bool | None, backward: bool) -> None:
+    """Count a look (``busy`` None: it could not tell) into the route's looks and the executor's pooled ones, unless
+    it comes within ``PROBE_SETTLE_S`` of planning."""
+    if busy is None or time.perf_counter() - _planned_at_s[0] < PROBE_SETTLE_S:
+        return
+    for looks in (probe, ex.looks):
+        if backward:
+            looks.back_calls += 1
+            looks.back_busy += busy
+        else:
+            looks.calls += 1
+            looks.busy += busy
 
 
 def _time_next(ex: Executor, route: _Route) -> bool:

@@ -216,9 +216,10 @@ class CudnnGraphSpace(CandidateSpace):
         names = [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())]
         return _ModeGraph(graph=g, tensors={"x": x, "w": w, "y": y}, names=names)
 
-    def enumerate(self, problem: ConvProblem, modes: tuple[str, ...] = _MODES) -> list[Candidate]:
-        """The engine configs of the heuristic ``modes``' lists (``a``, ``b``, ``fallback``), each once, with its
-        rank in each list."""
+    def enumerate(self, problem: ConvProblem, modes: tuple[str, ...] | None = None) -> list[Candidate]:
+        """The engine configs of the heuristic ``modes``' lists (of ``a``, ``b``, ``fallback``; None: all three),
+        each once, with its rank in each list."""
+        modes = _MODES if modes is None else modes
         unknown = [m for m in modes if m not in _MODES]
         if unknown:
             raise ValueError(f"unknown heuristic mode {unknown[0]!r} (known: {', '.join(_MODES)})")
