@@ -132,7 +132,7 @@ VERIFY_MAX_PREDICTED_RATIO = 1.0
 #: The heuristic modes whose lists verify mode ranks far from the records (``Executor.shortlist_to_time``). Mode B's
 #: list costs several times A's and FALLBACK's together: on the H200 (2026-12-03, 9 problems of the zoo) a query of
 #: the three took 10-101 ms a problem after the first (471 ms), mode A alone 0-3 ms, FALLBACK 1-2 ms, B 8-46 ms; the
-#: zoo's ConvNeXt-T float32 spent 2.1 s timing 15 far problems with the three lists, 0.255 of benchmark mode's
+#: zoo's ConvNeXt-T float32 spent 2.1 s timing 15 problems with the three lists, 0.255 of benchmark mode's
 #: tuning. On the 774 swept problems of ``benchmarks/verify_far.py``, A and FALLBACK find 0.955 of the default's total
 #: time where the three find 0.954.
 VERIFY_LIVE_MODES = ("a", "fallback")
