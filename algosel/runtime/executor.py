@@ -134,7 +134,7 @@ VERIFY_MAX_PREDICTED_RATIO = 1.0
 #: the three took 10-101 ms a problem after the first (471 ms), mode A alone 0-3 ms, FALLBACK 1-2 ms, B 8-46 ms; the
 #: zoo's ConvNeXt-T float32 spent 2.1 s timing 15 problems with the three lists, 0.255 of benchmark mode's
 #: tuning. On the 774 swept problems of ``benchmarks/verify_far.py``, A and FALLBACK find 0.955 of the default's total
-#: time where the three find 0.954.
+#: time where the three find 0.953.
 VERIFY_LIVE_MODES = ("a", "fallback")
 #: Candidates of the model's shortlist whose predicted times are compared, on a problem the records lack.
 PREDICT_TOP_K = 3
