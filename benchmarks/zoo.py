@@ -99,7 +99,7 @@ VERIFY_K = int(os.environ.get("ALGOSEL_ZOO_VERIFY_K") or 3)
 #: ``--probe-calls``: calls a switch looks at the device before it is kept (None: the hook's; 0 switches at once and
 #: verify mode times at the first call, without looking first), for prediction and verify mode; rows record it.
 PROBE_CALLS = int(os.environ["ALGOSEL_ZOO_PROBE_CALLS"]) if os.environ.get("ALGOSEL_ZOO_PROBE_CALLS") else None
-SETTLE_PASSES = 12
+SETTLE_PASSES = 40
 
 
 # ----------------------------------------------------------------------------------------------- one job
@@ -367,10 +367,11 @@ def _first_passes(step, ctx: dict, n: int, sync, out: dict) -> None:
         out["tuned_first_pass_s"] = _wall_s(step, ctx[TUNED], n, sync)
 
 
-def _undecided(ctx) -> int:
-    """Call signatures of verify mode's executor still looking at the device or on probation."""
-    with ctx["verify"]() as ex:
-        return sum(r.probe is not None for r in ex._routes.values()) + len(ex._looked - set(ex._routes))
+def _undecided(ctx, mode: str = "verify") -> int:
+    """Call signatures of the mode's executor still looking at the device or on probation, and its step trial
+    while under way or due (``Executor.deciding``)."""
+    with ctx[mode]() as ex:
+        return ex.deciding()
 
 
 def _settle(step, ctx: dict, n: int, sync, out: dict) -> None:
@@ -420,6 +421,12 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
     _first_passes(step, ctx, n, sync, out)
     for m in modes:
         _run_steps(step, ctx[m], 2)
+    # prediction mode's probation and step trial run their course before the timed rotation, as verify mode's did
+    # in its settle passes (a steady state, not the blocks that decide it)
+    for _ in range(SETTLE_PASSES):
+        if not _undecided(ctx, "predict"):
+            break
+        _run_steps(step, ctx["predict"], n)
     # Slots of a few steps (a pass over the inputs for the FPN) in rotation (D P V N, N V P D, then pairs of rounds
     # in orders drawn at random), each timed to its end: host-bound steps of this machine vary by 30% from block to
     # block, far more than between neighbours, and single steps by 10-15% (a slot of 3 averages that down).
@@ -454,6 +461,8 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
             # probation's pooled looks at the device: forward calls, busy ones, backward calls, busy ones
             looks = ex.looks
             out[f"{m}_looks"] = [looks.calls, looks.busy, looks.back_calls, looks.back_busy]
+            # the step trial's verdict and its median ratio of block spans, switched / PyTorch's
+            out[f"{m}_trial"] = [ex.trial_verdict, None if math.isnan(ex.trial_ratio) else round(ex.trial_ratio, 4)]
     return out
 
 

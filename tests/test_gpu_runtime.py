@@ -471,3 +471,52 @@ def test_a_switch_is_made_where_the_device_is_busy_and_dropped_where_it_waits(sh
         assert s.get("cudnn", 0) >= 2 and all(r.kind == "compiled" for r in ex._routes.values()), s
         assert ex.fast_run is not None and len(ex._table) == 2  # held in the C++ table once decided
     assert s["pytorch:probing the device"] == 2 * 7  # two convolutions, 7 calls each before the 8th decides
+
+
+def test_the_step_trials_clock_reads_block_spans_on_the_devices_timeline():
+    """A span is read once the device has passed its end (None before), and it measures the device's work: a kernel
+    spinning four times as long spans about four times as long."""
+    from algosel.runtime.trial import block_clock
+
+    clock = block_clock(torch.device("cuda"))
+    torch.cuda.synchronize()
+    spans = []
+    for cycles in (4_000_000, 16_000_000):
+        start = clock.mark()
+        torch.cuda._sleep(cycles)
+        end = clock.mark()
+        if cycles == 16_000_000:
+            assert clock.span_ms(start, end) is None  # the device is still spinning
+        torch.cuda.synchronize()
+        spans.append(clock.span_ms(start, end))
+    assert spans[0] > 0.5 and 2.5 < spans[1] / spans[0] < 5.5, spans
+
+
+def test_a_step_trial_drops_switches_that_do_not_shorten_device_bound_blocks(shipped, ext, tmp_path, monkeypatch):
+    """Blocks whose device time is a long kernel beside two small convolutions: with the switches (cuDNN plans
+    through the compiled path and its C++ table) and without, the spans differ by far less than the margin, so the
+    trial drops them; the routes then run as PyTorch's (a new table), and the executor steps aside."""
+    from algosel.runtime import executor as executor_mod
+    from algosel.runtime import hook
+    from algosel.runtime.trial import DROP, block_clock
+
+    monkeypatch.setattr(executor_mod, "block_clock", block_clock)  # the conftest turns trials off for GPU tests
+    model, x = _cudnn_model()
+    x = x.detach()
+    ex = hook.Executor(selector=Preferring(shipped, "cudnn", 0.1), cache=tmp_path)
+    table_before = None
+    with torch.no_grad():
+        for block in range(2 + 2 * 8 + 4):
+            with hook.enabled(ex):
+                torch.cuda._sleep(10_000_000)  # ~5 ms: the device decides the block's time
+                y = model(x)
+            if block == 2:  # planned in the first block, quiet in the second: the trial's first block
+                assert all(r.kind == "compiled" for r in ex._routes.values()) and ex.trial is not None
+                table_before = ex._table
+    torch.cuda.synchronize()
+    assert ex.trial_verdict == DROP, (ex.trial_verdict, ex.trial_ratio)
+    assert 0.99 < ex.trial_ratio < 1.01
+    assert all(r.kind == "native" for r in ex._routes.values())
+    assert set(ex.route_reasons()) == {f"pytorch:{executor_mod.TRIAL_SAME}"}
+    assert ex._table is not table_before and ex.blocks_aside > 0
+    assert _close(y, model(x))

@@ -1123,3 +1123,117 @@ def test_cudnn_space_names_an_unknown_heuristic_mode():
 
     with pytest.raises(ValueError, match="unknown heuristic mode 'instant' \\(known: a, b, fallback\\)"):
         get_space("cudnn").enumerate(ConvProblem(n=1, c=8, k=8, h=8, w=8, r=3, s=3), modes=("a", "instant"))
+
+
+class _BlockClock:
+    """The step trial's clock on the CPU: a block's span is ``on_ms`` or ``off_ms`` by the arm the trial gives it
+    (two marks a block, ABBA pairs: :meth:`StepTrial.arm`)."""
+
+    def __init__(self, on_ms, off_ms):
+        self.marks, self.on_ms, self.off_ms = 0, on_ms, off_ms
+
+    def mark(self):
+        self.marks += 1
+        return self.marks - 1
+
+    def span_ms(self, start, end):
+        from algosel.runtime.trial import StepTrial
+
+        return self.on_ms if StepTrial.arm(None, start // 2) == "on" else self.off_ms
+
+
+@pytest.mark.parametrize(("busy_looks", "on_ms", "off_ms", "verdict", "kept"), [
+    (8, 0.95, 1.0, "switches faster", True),
+    (8, 1.0, 1.0, "pytorch's as fast", False),  # as fast: PyTorch's own, at no host cost
+    (3, 0.95, 1.0, "switches faster", True),  # busy at 3 of 8 looks: under the three quarters, kept for the trial
+    (1, 0.95, 1.0, None, False),  # at 1 of 8, under the quarter: dropped by the looks, nothing to try
+])  # fmt: skip
+def test_a_step_trial_keeps_the_switches_only_where_blocks_with_them_are_faster(
+        executor, monkeypatch, busy_looks, on_ms, off_ms, verdict, kept):  # fmt: skip
+    """Once probation has decided and a block met nothing new, the next 16 blocks alternate (ABBA pairs) between
+    the switches and PyTorch's own F.conv2d (stepping aside), and the switches stay only where their blocks' spans
+    were shorter by the margin in 7 of 8 pairs."""
+    looks = iter([True] * busy_looks + [False] * (8 - busy_looks))
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: next(looks))
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
+    monkeypatch.setattr(executor_mod, "block_clock", lambda device: _BlockClock(on_ms, off_ms))
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM is predicted to pay
+    routed = _blocks(ex, x, w, 8, padding=0)  # the 8th call's look decides
+    (route,) = ex._routes.values()
+    assert all(routed) and route.probe is None and route.looked.busy == busy_looks
+    assert (route.kind != "native") == (busy_looks >= 2)
+    routed = _blocks(ex, x, w, 17, padding=0)
+    assert ex.trial_verdict == verdict and ex.trial is None
+    if verdict is None:  # no switch: steps aside as before
+        assert routed[2:] == [False] * 15 and route.reasons == (f"pytorch:{executor_mod.DEVICE_IDLE}",)
+        return
+    # 16 blocks of the trial (True: with the switches), then the verdict at the 17th block's start
+    assert routed[:16] == [True, False, False, True] * 4
+    assert math.isclose(ex.trial_ratio, on_ms / off_ms)
+    assert (route.kind != "native") == kept
+    if kept:
+        assert routed[16] and route.reasons == ("gemm",)
+    else:  # every route PyTorch's: it steps aside from the next block on
+        assert not routed[16] and route.reasons == (f"pytorch:{executor_mod.TRIAL_SAME}",)
+        assert ex.deciding() == 0
+
+
+def test_a_step_trial_that_cannot_tell_leaves_probations_three_quarters_to_decide(executor, monkeypatch):
+    """Blocks unlike each other (spans scattered): the verdict is probation's own at its three quarters."""
+    calls = {"batch 4": 0}
+
+    def busy(x):  # batch 4: busy at its first 3 calls of 8; the three others: at every call
+        calls["batch 4"] += x.shape[0] == 4
+        return x.shape[0] != 4 or calls["batch 4"] <= 3
+
+    monkeypatch.setattr(executor_mod, "device_busy", busy)
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
+    spans = iter([1.0, 2.0, 0.5, 1.0, 3.0, 1.0, 0.4, 1.0] * 20)
+    clock = _BlockClock(0, 0)
+    clock.span_ms = lambda start, end: next(spans)
+    monkeypatch.setattr(executor_mod, "block_clock", lambda device: clock)
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    w = torch.randn(32, 64, 6, 6)
+    inputs = [torch.randn(n, 64, 6, 6) for n in (4, 5, 6, 7)]  # four fully connected mode convolutions
+    for _ in range(25):
+        with hook.enabled(ex):
+            for x in inputs:
+                F.conv2d(x, w)
+    assert ex.trial_verdict == "inconclusive"
+    by_batch = {r.problem.n: r for r in ex._routes.values()}
+    # pooled, 27 of 32 looks busy: above the three quarters
+    assert by_batch[4].kind == "native" and by_batch[4].reasons == (f"pytorch:{executor_mod.DEVICE_IDLE}",)
+    assert all(by_batch[n].kind != "native" and by_batch[n].reasons == ("gemm",) for n in (5, 6, 7))
+
+
+def test_a_new_call_signature_during_a_step_trial_starts_it_again_once_quiet(executor, monkeypatch):
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: True)
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
+    monkeypatch.setattr(executor_mod, "block_clock", lambda device: _BlockClock(0.9, 1.0))
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
+    _blocks(ex, x, w, 8, padding=0)
+    _blocks(ex, x, w, 4, padding=0)
+    assert ex.trial is not None and ex.trial.blocks == 4 and ex.deciding() == 1
+    _blocks(ex, torch.randn(6, 64, 6, 6), w, 1, padding=0)  # new: on probation, the trial abandoned
+    assert ex.trial is None and ex.deciding() == 2
+    _blocks(ex, x, w, 20, padding=0)  # the new signature is not called: never decided, so no trial
+    assert ex.trial is None and ex.trial_verdict is None
+
+
+def test_without_recurring_blocks_there_is_no_trial_and_probation_keeps_its_three_quarters(executor, monkeypatch):
+    """One enabled() around every call (or patch_model): no block has ended, so no trial can judge; the looks
+    decide at MIN_BUSY_FRACTION as before."""
+    looks = iter([True] * 3 + [False] * 5)
+    monkeypatch.setattr(executor_mod, "device_busy", lambda x: next(looks))
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
+    monkeypatch.setattr(executor_mod, "block_clock", lambda device: _BlockClock(0.9, 1.0))
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
+    with hook.enabled(ex):
+        for _ in range(10):
+            F.conv2d(x, w)
+    (route,) = ex._routes.values()
+    assert route.kind == "native" and route.reasons == (f"pytorch:{executor_mod.DEVICE_IDLE}",)
+    assert ex.busy_fractions() == (executor_mod.TRIAL_BUSY_FRACTION, executor_mod.TRIAL_BUSY_FRACTION)  # now one has

@@ -62,6 +62,7 @@ from algosel.learn.selector import Selector, candidate_row, offline_rows
 from algosel.operands import OUTPUT_ROLE, Operands, conv_args, empty_like_layout, pytorch_direction
 from algosel.problem import ConvProblem, dtype_of
 from algosel.runtime.cache import Decision, RuntimeCache
+from algosel.runtime.trial import DROP, KEEP, StepTrial, block_clock
 from algosel.spaces import CandidateError, PreparedCandidate, get_space, split_candidate_id
 from algosel.spaces.gemm import gemm_conv, gemm_kind
 
@@ -188,10 +189,19 @@ STEP_ASIDE_AFTER_BLOCKS = 2
 #: A stepped-aside executor still routes one block in this many, to meet call signatures that are new (an input
 #: size not seen before); a new one makes it route every block again until it is quiet again.
 LOOK_AGAIN_EVERY_BLOCKS = 50
+#: Probation's least busy share (per route, and pooled over the network's routes) while a step trial is still to
+#: judge the executor's switches (:mod:`algosel.runtime.trial`: its blocks recur, and it can step aside). The looks
+#: then only spare the switches that cannot pay (and, looking first, their timing); the trial measures whether the
+#: rest make the step faster. At three quarters the looks dropped the switches of a step they could have made
+#: faster: float32 SqueezeNet 1.1 (b64, H200), whose benchmark mode's steps were 1.06x faster than the default's,
+#: had 34 of 96 forward and 66 of 94 backward looks busy (benchmarks/results/zoo-h200-20261203-float32-eebbdbb.jsonl).
+TRIAL_BUSY_FRACTION = 0.25
 #: The reason of a pass-through whose device was found idle at its calls ...
 DEVICE_IDLE = "device idle at the call"
 #: ... or at most of the calls of the network's switching convolutions.
 NETWORK_IDLE = "device idle at most of the network's calls"
+#: ... or whose executor's step trial found PyTorch's own convolutions as fast.
+TRIAL_SAME = "step as fast without the switches"
 #: What a call that looks at the device counts as, per direction, in :func:`stats`.
 PROBING = "pytorch:probing the device"
 #: What a signature that looks at the device before its shortlist is timed runs meanwhile (``look_first``).
@@ -271,6 +281,7 @@ class _Route:
     slots: list = field(default_factory=list)  # (dispatch table, slot) pairs that run this route's calls in C++
     probe: _Probe | None = None  # on probation: the looks at the device so far (None: decided)
     key: tuple | None = None  # looking before timing (``Executor.look_first``): its call signature
+    looked: _Probe | None = None  # probation's looks once they decided (a step trial that cannot tell reads them)
 
 
 @dataclass
@@ -469,6 +480,16 @@ class Executor:
         #: Decisions :meth:`_before_timing` made for recorded or cached directions, taken by :meth:`_make_plan`
         #: (deciding them again would repeat the records' lookup, or the cache's rejudging).
         self._known: dict[ConvProblem, Decision] = {}
+        #: The looks of signatures that looked before timing, for the routes their timing makes (``_Route.looked``).
+        self._looks_of: dict[tuple, _Probe] = {}
+        #: The step trial of the switches (:mod:`algosel.runtime.trial`): under way, and its verdict once made
+        #: (``trial_ratio``: its median ratio of switched to PyTorch's block spans).
+        self.trial: StepTrial | None = None
+        self.trial_verdict: str | None = None
+        self.trial_ratio = math.nan
+        self.blocks_ended = 0
+        self._block_open = False
+        self._device: torch.device | None = None  # of the first call planned: the trial's clock reads its stream
 
     # ---------------------------------------------------------------------------------------- resources
     def _dispatch_table(self):
@@ -510,9 +531,103 @@ class Executor:
         (calls), it stays whole where the executor steps aside."""
         return dict(Counter(reason for route in self._routes.values() for reason in route.reasons))
 
+    def begin_block(self) -> bool:
+        """A block of this executor begins (an outermost ``enabled()`` block, or a step under ``enable()``): True
+        where it leaves ``F.conv2d`` as PyTorch's own (it steps aside, or it is a step trial's block without the
+        switches)."""
+        self._block_open = True
+        if self.trial is None and self.trial_verdict is None and self._trial_ready():
+            self.trial = StepTrial(block_clock(self._device))
+        if self.trial is not None:
+            aside = self.trial.begin()
+            if aside is not None:
+                return aside
+            verdict = self.trial.verdict()
+            if verdict is None:  # the device has not run the last blocks yet: routed meanwhile
+                return False
+            self._judged(verdict)
+        return self.stands_aside()
+
     def block_done(self, routes_before: int) -> None:
-        """An ``enabled()`` block of this executor ended; ``routes_before``: its routes when the block began."""
-        self.quiet_blocks = 0 if len(self._routes) != routes_before else self.quiet_blocks + 1
+        """A block of this executor ended; ``routes_before``: its routes when the block began."""
+        changed = len(self._routes) != routes_before
+        self.quiet_blocks = 0 if changed else self.quiet_blocks + 1
+        if not self._block_open:  # a block inside the process's switch (enable()): not one of its own
+            return
+        self._block_open = False
+        self.blocks_ended += 1
+        if self.trial is not None:
+            self.trial.end()
+            if changed:  # a new call signature: the blocks measured are not alike; a new trial once quiet again
+                self.trial = None
+
+    def _trial_possible(self) -> bool:
+        """Whether a step trial can judge this executor's switches: it can step aside, and its blocks recur."""
+        return self.step_aside and self._recorder is None and self.blocks_ended > 0
+
+    def _trial_ready(self) -> bool:
+        """Whether a step trial starts at this block: possible, every route decided, the block before met no new
+        signature, and a switch to judge, on a device with a timeline to read."""
+        if not self._trial_possible() or self.quiet_blocks < 1 or self._device is None:
+            return False
+        if block_clock(self._device) is None or self._looked - set(self._routes):
+            return False
+        routes = self._routes.values()
+        return all(r.probe is None for r in routes) and any(r.kind != "native" for r in routes)
+
+    def busy_fractions(self) -> tuple[float, float]:
+        """Probation's least busy shares (per route, pooled): ``TRIAL_BUSY_FRACTION`` while a step trial is still to
+        judge the switches, else ``MIN_BUSY_FRACTION`` and ``MIN_NETWORK_BUSY_FRACTION``."""
+        if self.trial_verdict is None and self._trial_possible():
+            return TRIAL_BUSY_FRACTION, TRIAL_BUSY_FRACTION
+        return MIN_BUSY_FRACTION, MIN_NETWORK_BUSY_FRACTION
+
+    def deciding(self) -> int:
+        """Call signatures still looking at the device or on probation, plus one while a step trial is under way
+        or due (the blocks until the executor's routes are settled)."""
+        pending = sum(r.probe is not None for r in self._routes.values()) + len(self._looked - set(self._routes))
+        due = self.trial is not None or (self.trial_verdict is None and self._trial_possible() and any(
+            r.kind != "native" for r in self._routes.values()))  # fmt: skip
+        return pending + due
+
+    def _judged(self, verdict: str) -> None:
+        """The step trial's verdict: the switches stay (:data:`KEEP`), go (:data:`DROP`), or, where it could not
+        tell (:data:`UNCLEAR`), stay where probation's looks would have kept them without a trial."""
+        self.trial_verdict, self.trial_ratio, self.trial = verdict, self.trial.ratio(), None
+        log.info("algosel: step trial of %d switched signatures: %s (median block ratio %.4f)",
+                 sum(r.kind != "native" for r in self._routes.values()), verdict, self.trial_ratio)  # fmt: skip
+        if verdict == KEEP:
+            return
+        dropped = 0
+        for route in self._routes.values():
+            if route.kind == "native":
+                continue
+            if verdict == DROP:
+                reason = TRIAL_SAME
+            elif route.looked is None:  # exempt from probation, or nothing to look at: its decision stands
+                continue
+            elif route.looked.idle(MIN_BUSY_FRACTION):
+                reason = DEVICE_IDLE
+            elif self.looks.idle(MIN_NETWORK_BUSY_FRACTION):
+                reason = NETWORK_IDLE
+            else:
+                continue
+            _pass_through(route, reason)
+            dropped += 1
+        if dropped:
+            self._renew_table()
+            self._routes_changed = True
+
+    def _renew_table(self) -> None:
+        """A new dispatch table, so that routes made PyTorch's after they were held run as such: the old one keeps
+        its slots (their call counts stay in :func:`stats`), and the next calls hold their signatures anew."""
+        if self._table is None:
+            return
+        self._table, self.fast_run, self._slot_routes = None, None, {}
+        if _global["executor"] is self:  # enable(): the process's table is this executor's ...
+            set_global_executor(self)
+        if getattr(_local, "executor", None) is self:  # ... and this thread's, inside a block
+            set_local_executor(self)
 
     def stands_aside(self) -> bool:
         """Whether the next ``enabled()`` block leaves ``F.conv2d`` as PyTorch's own (see ``step_aside``); counts
@@ -897,6 +1012,8 @@ class Executor:
         route = self._routes.get(key)
         if route is not None:
             return route
+        if self._device is None:
+            self._device = device
         capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         dirs = self.directions_of(problem)
         # The forward, and each gradient the call's autograd will compute: (input, weight) requires_grad.
@@ -934,6 +1051,7 @@ class Executor:
             route.probe = _Probe()
         if self._recorder is not None and not self.selector.is_recorded(problem):
             route.unseen = self._recorder
+        route.looked = self._looks_of.pop(key, None)  # timed after looking first: the looks that let it time
         self._routes[key] = route
         self._routes_changed = True
         return route
@@ -1166,10 +1284,11 @@ def _probe(ex: Executor, route: _Route, x: torch.Tensor) -> bool:
     if probe.calls < ex.probe_calls:
         _counts[PROBING] += len(route.reasons)
         return False
-    route.probe = None
+    route.probe, route.looked = None, probe
     ex._routes_changed = True
-    idle = (DEVICE_IDLE if probe.idle(MIN_BUSY_FRACTION)
-            else NETWORK_IDLE if ex.looks.idle(MIN_NETWORK_BUSY_FRACTION) else None)  # fmt: skip
+    per_route, pooled = ex.busy_fractions()
+    idle = (DEVICE_IDLE if probe.idle(per_route)
+            else NETWORK_IDLE if ex.looks.idle(pooled) else None)  # fmt: skip
     if route.key is not None:  # it looked before timing: untimed where idle, timed at the next call where busy
         if idle is None:
             return _time_next(ex, route)
@@ -1178,13 +1297,18 @@ def _probe(ex: Executor, route: _Route, x: torch.Tensor) -> bool:
         _counted_routes.append(route)
         return True
     if idle is not None:
-        # The dropped switch's plans stay loaded: the compiled path never frees one (a backward queued by an
-        # earlier call may still run it), and the same problem met in another signature reuses them.
-        if route.kind == "function":  # counted per direction by run_direction until now
-            _counted_routes.append(route)
-        route.kind = "native"
-        route.reasons = (f"pytorch:{idle}",) * len(route.reasons)
+        _pass_through(route, idle)
     return True
+
+
+def _pass_through(route: _Route, reason: str) -> None:
+    """A switched route becomes PyTorch's own convolution, each direction for ``reason``. Its plans stay loaded: the
+    compiled path never frees one (a backward queued by an earlier call may still run it), and the same problem met
+    in another signature reuses them."""
+    if route.kind == "function":  # counted per direction by run_direction until now
+        _counted_routes.append(route)
+    route.kind = "native"
+    route.reasons = (f"pytorch:{reason}",) * len(route.reasons)
 
 
 def _look_back(ex: Executor, probe: _Probe) -> Callable[[torch.Tensor], None]:
@@ -1221,6 +1345,7 @@ def _time_next(ex: Executor, route: _Route) -> bool:
     again, timing its shortlist (and switching without a second probation); this call takes PyTorch's path."""
     _counts[PROBING] += len(route.reasons)
     ex._looked.add(route.key)
+    ex._looks_of[route.key] = route.looked
     if ex._routes.get(route.key) is route:
         del ex._routes[route.key]
     route.key = None

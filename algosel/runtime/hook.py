@@ -96,7 +96,8 @@ def enable(executor: Executor | None = None, **config: Any) -> Executor:
     ex = _executor_for(executor, config)
     set_global_executor(ex)
     _global_blocks["routes"] = len(ex._routes)
-    F.conv2d = install_dispatch(conv2d, _unheld_conv2d)
+    dispatch = install_dispatch(conv2d, _unheld_conv2d)
+    F.conv2d = original_conv2d if ex.begin_block() else dispatch
     if _global_blocks.get("hook") is None:
         from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: PLC0415
 
@@ -119,7 +120,7 @@ def _after_optimizer_step(optimizer, args, kwargs) -> None:
         return  # someone else's F.conv2d: left alone
     ex.block_done(_global_blocks["routes"])
     _global_blocks["routes"] = len(ex._routes)
-    F.conv2d = original_conv2d if ex.stands_aside() else dispatch
+    F.conv2d = original_conv2d if ex.begin_block() else dispatch
 
 
 def disable() -> None:
@@ -138,13 +139,20 @@ def enabled(executor: Executor | None = None, **config: Any) -> Iterator[Executo
     ``selector=``, ``min_gain_us=``...): entering the block again reuses its decisions and plans. Once every
     convolution the executor met passes through and a few blocks in a row met no new one, later blocks leave
     PyTorch's ``F.conv2d`` in place (the executor "steps aside", ``Executor.step_aside``), routing one block now
-    and then to meet new call signatures.
+    and then to meet new call signatures. Where it switches some, its next blocks are a step trial
+    (:mod:`algosel.runtime.trial`): by turns with and without the switches, which stay only where they made the
+    blocks faster.
     """
     ex = _executor_for(executor, config)
     previous, patched = getattr(_executor._local, "executor", None), F.conv2d
-    if previous is None and patched is original_conv2d and _executor._global["executor"] is None and ex.stands_aside():
-        # Every route passes through and nothing new came for a while: PyTorch's own conv2d, at its own cost
-        yield ex
+    outermost = previous is None and patched is original_conv2d and _executor._global["executor"] is None
+    if outermost and ex.begin_block():
+        # Every route passes through and nothing new came for a while, or a step trial's block without the
+        # switches: PyTorch's own conv2d, at its own cost
+        try:
+            yield ex
+        finally:
+            ex.block_done(len(ex._routes))
         return
     routes_before = len(ex._routes)
     F.conv2d = install_dispatch(conv2d, _unheld_conv2d)
