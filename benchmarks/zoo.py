@@ -351,27 +351,38 @@ def _first_passes(step, ctx: dict, n: int, sync, out: dict) -> None:
     an empty persistent cache (cold: it measures the new problems worth it), prediction mode, and benchmark mode's
     tuning where it runs in this process."""
     out["default_first_pass_s"] = _wall_s(step, ctx["default"], n, sync)
-    with ctx["verify"]() as ex:  # the executor of the verify mode's configuration (its own cache folder)
-        before = ex.planning_s, ex.measured_problems  # counted per executor: a process's earlier dtype's too
+    ex = _executor(ctx, "verify")  # the executor of the verify mode's configuration (its own cache folder)
+    before = ex.planning_s, ex.measured_problems  # counted per executor: a process's earlier dtype's too
     t0 = time.perf_counter()
     out["verify_cold_first_pass_s"] = _wall_s(step, ctx["verify"], n, sync)
     out["verify_look_first"] = LOOK_FIRST
     if LOOK_FIRST:  # the timing comes after the looks: count every pass until no signature is undecided
         _settle(step, ctx, n, sync, out)
-    with ctx["verify"]() as ex:
-        out["verify_planning_s"] = ex.planning_s - before[0]
-        out["verify_measured_problems"] = ex.measured_problems - before[1]
+    out["verify_planning_s"] = ex.planning_s - before[0]
+    out["verify_measured_problems"] = ex.measured_problems - before[1]
     out["verify_cold_total_s"] = time.perf_counter() - t0
     out["predict_first_pass_s"] = _wall_s(step, ctx["predict"], n, sync)
     if TUNED in ctx:  # its tuning: every shape is new to its plan keys
         out["tuned_first_pass_s"] = _wall_s(step, ctx[TUNED], n, sync)
 
 
+def _executor(ctx, mode: str):
+    """The mode's executor (shared per configuration), found by entering one block of it the first time only: an
+    empty block in the middle of a step trial would be one of its blocks."""
+    key = (id(ctx), mode)
+    if key not in _executors:
+        with ctx[mode]() as ex:
+            _executors[key] = ex
+    return _executors[key]
+
+
+_executors: dict = {}
+
+
 def _undecided(ctx, mode: str = "verify") -> int:
     """Call signatures of the mode's executor still looking at the device or on probation, and its step trial
     while under way or due (``Executor.deciding``)."""
-    with ctx[mode]() as ex:
-        return ex.deciding()
+    return _executor(ctx, mode).deciding()
 
 
 def _settle(step, ctx: dict, n: int, sync, out: dict) -> None:
@@ -456,13 +467,13 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
         hook.reset_stats()
         _run_steps(step, ctx[m], n)
         out[f"{m}_stats"] = hook.stats()
-        with ctx[m]() as ex:
-            out[f"{m}_routes"], out[f"{m}_blocks_aside"] = ex.route_reasons(), ex.blocks_aside
-            # probation's pooled looks at the device: forward calls, busy ones, backward calls, busy ones
-            looks = ex.looks
-            out[f"{m}_looks"] = [looks.calls, looks.busy, looks.back_calls, looks.back_busy]
-            # the step trial's verdict and its median ratio of block spans, switched / PyTorch's
-            out[f"{m}_trial"] = [ex.trial_verdict, None if math.isnan(ex.trial_ratio) else round(ex.trial_ratio, 4)]
+        ex = _executor(ctx, m)
+        out[f"{m}_routes"], out[f"{m}_blocks_aside"] = ex.route_reasons(), ex.blocks_aside
+        # probation's pooled looks at the device: forward calls, busy ones, backward calls, busy ones
+        looks = ex.looks
+        out[f"{m}_looks"] = [looks.calls, looks.busy, looks.back_calls, looks.back_busy]
+        # the step trial's verdict and its median ratio of block spans, switched / PyTorch's
+        out[f"{m}_trial"] = [ex.trial_verdict, None if math.isnan(ex.trial_ratio) else round(ex.trial_ratio, 4)]
     return out
 
 

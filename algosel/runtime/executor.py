@@ -562,15 +562,15 @@ class Executor:
                 self.trial = None
 
     def _trial_possible(self) -> bool:
-        """Whether a step trial can judge this executor's switches: it can step aside, and its blocks recur."""
-        return self.step_aside and self._recorder is None and self.blocks_ended > 0
+        """Whether a step trial can judge this executor's switches: it can step aside, its blocks recur, and its
+        device has a timeline to read."""
+        return (self.step_aside and self._recorder is None and self.blocks_ended > 0 and self._device is not None
+                and block_clock(self._device) is not None)  # fmt: skip
 
     def _trial_ready(self) -> bool:
         """Whether a step trial starts at this block: possible, every route decided, the block before met no new
         signature, and a switch to judge, on a device with a timeline to read."""
-        if not self._trial_possible() or self.quiet_blocks < 1 or self._device is None:
-            return False
-        if block_clock(self._device) is None or self._looked - set(self._routes):
+        if not self._trial_possible() or self.quiet_blocks < 1 or self._looked - set(self._routes):
             return False
         routes = self._routes.values()
         return all(r.probe is None for r in routes) and any(r.kind != "native" for r in routes)
