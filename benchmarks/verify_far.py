@@ -10,10 +10,12 @@ fastest of the shortlist and PyTorch's default, kept where it saves at least the
 (``MIN_MEASURED_RATIO``), else the default. Problems the shipped model's records hold are left out. Rules compared,
 each through the executor's own ``shortlist_to_time``:
 
-- ``nearest list, filter everywhere``: the rule before ``far_from_records`` (every problem treated as near);
-- ``executor``: the executor's rule (far problems: the live list of heuristic modes ``VERIFY_LIVE_MODES``, by the
-  ranks the sweep recorded, and no predicted-gain filter);
-- ``live list everywhere``, and ``live list, no filter`` (what timing more would find).
+- ``nearest list, filter everywhere``: the rule before ``far_from_records`` (every problem treated as near: the
+  nearest recorded list, the predicted-gain filter, pruning);
+- ``far rule (nearest list near)``: the rule after it (far problems: the live list of heuristic modes
+  ``VERIFY_LIVE_MODES``, by the ranks the sweep recorded, pruned, no predicted-gain filter);
+- ``executor``: the executor's rule (every problem: the live list, no predicted-gain filter; pruned near the records
+  only), and ``executor, pruned everywhere``.
 
 Per rule: problems timed (each costs the cold first pass ~20-45 ms on the H200), live lists queried (a query of the
 lists of modes A and FALLBACK costs a few ms, of all three 10-100 ms), and the summed time of the problems against
@@ -80,11 +82,12 @@ def executors(sel, lists: dict[ConvProblem, list[dict]]) -> dict[str, tuple]:
         return ex
 
     ex = make(sel)
+    filtered = {"gain_filter": True, "live": False, "prune": True}
     return {
-        "nearest list, filter everywhere": (make(Near(sel)), {}),
-        "executor": (ex, {}),
-        "live list everywhere": (ex, {"live": True}),
-        "live list, no filter": (ex, {"live": True, "gain_filter": False}),
+        "nearest list, filter everywhere": (make(Near(sel)), lambda p: filtered),
+        "far rule (nearest list near)": (ex, lambda p: {"prune": True} if ex.far_from_records(p) else filtered),
+        "executor": (ex, lambda p: {}),
+        "executor, pruned everywhere": (ex, lambda p: {"prune": True}),
     }
 
 
@@ -111,7 +114,7 @@ def score(sel, lists, weights: dict[ConvProblem, int] | None = None) -> list[str
             if not w:
                 continue
             times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows}
-            ids, _ = ex.shortlist_to_time(p, **kw)
+            ids, _ = ex.shortlist_to_time(p, **kw(p))
             timed += bool(ids)
             total["default"] += w * times["pytorch:default"]
             total["best"] += w * min(times.values())

@@ -86,7 +86,8 @@ def layers_table(sel, paths, verify: int) -> str:
                     ids, _ = ex.shortlist_to_time(q, gain_filter=False)
                     if ids:
                         before += 1
-                        after += bool(ex.shortlist_to_time(q)[0])  # empty where the filter says not worth it
+                        # empty where the filter says not worth it
+                        after += bool(ex.shortlist_to_time(q, gain_filter=True, prune=True)[0])
             lines.append(f"| {Path(path).stem} | {dtype}, {layout} | {new} | {before} | {after} |")
     return "\n".join(lines)
 

@@ -474,6 +474,10 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
         out[f"{m}_looks"] = [looks.calls, looks.busy, looks.back_calls, looks.back_busy]
         # the step trial's verdict and its median ratio of block spans, switched / PyTorch's
         out[f"{m}_trial"] = [ex.trial_verdict, None if math.isnan(ex.trial_ratio) else round(ex.trial_ratio, 4)]
+    cache = _executor(ctx, "verify").runtime_cache()
+    if cache is not None:  # what verify mode's timing found, per problem: each candidate's ms
+        out["verify_measured"] = {d.problem: {c: round(t, 4) for c, t in d.times_ms.items()}
+                                  for d in cache.decisions() if d.source == "measured"}  # fmt: skip
     return out
 
 

@@ -180,12 +180,15 @@ def test_verify_mode_does_not_time_a_problem_too_short_to_pay(shipped, default_u
     (100.0, 100.0, True),  # nothing predicted saved, but a default predicted to take 0.1 ms is always timed
     (99.0, 99.0, False),
 ])  # fmt: skip
-def test_verify_mode_does_not_time_a_problem_whose_predicted_gain_is_too_small(shipped, default_us, others_us, timed):
+def test_verify_mode_times_a_problem_whatever_its_predicted_gain_unless_asked_to_filter(shipped, default_us,
+                                                                                       others_us, timed):  # fmt: skip
+    """The model's predicted gain misses what problems the records lack gain (``Executor.shortlist_to_time``): verify
+    mode times every problem whose default is not too short to pay; ``gain_filter=True`` is the filter it had."""
     ex = hook.Executor(selector=DefaultTakes(shipped, default_us, others_us), live=False, verify=3, cache=False)
-    got, decision = _timed(ex, ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1))
-    assert got == timed
-    if not timed:
-        assert (decision.candidate_id, decision.reason) == ("pytorch:default", executor_mod.PREDICTED_GAIN_TOO_SMALL)
+    problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
+    assert _timed(ex, problem) == (True, None)
+    ids, why = ex.shortlist_to_time(problem, gain_filter=True)
+    assert bool(ids) == timed and why == ("" if timed else executor_mod.PREDICTED_GAIN_TOO_SMALL)
 
 
 @pytest.mark.parametrize(("default_us", "others_us", "queried", "switched"), [
@@ -241,10 +244,10 @@ def test_verify_mode_times_only_candidates_predicted_within_the_ratio_of_the_def
 FAR = executor_mod.NEAR_RECORDS_DISTANCE + 0.5
 
 
-def test_far_from_the_records_verify_mode_times_the_live_lists_top_without_the_gain_filter(shipped):
-    """Far from the records the nearest recorded list may not be the problem's own (a grouped convolution's) and
-    the predicted times are extrapolations: the shortlist is the model's top of cuDNN's live list, timed whatever
-    the predicted gain; near them, the nearest list, filtered."""
+def test_verify_mode_times_the_live_lists_top_near_the_records_or_far(shipped):
+    """The shortlist is the model's top of cuDNN's live list (heuristic modes A and FALLBACK), timed whatever the
+    predicted gain, near the records or far; pruned by the predicted times near them only (far from them the
+    predicted times are extrapolations). ``live=False``: the nearest recorded list, without a query."""
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
     asked = []
 
@@ -252,25 +255,28 @@ def test_far_from_the_records_verify_mode_times_the_live_lists_top_without_the_g
         asked.append((p, k, modes))
         return [c for c in shipped.choose(p, top_k=200) if c.candidate_id != "pytorch:default"][-k:]
 
+    top = [c.candidate_id for c in live_choices(problem, 4)][:3]
     nearest = [c.candidate_id for c in shipped.choose(problem, top_k=5) if c.candidate_id != "pytorch:default"][:3]
     for distance in (0.0, executor_mod.NEAR_RECORDS_DISTANCE, FAR):
-        # 9 us predicted to be saved: under 20 us / 2, so a near problem is not timed
+        # 9 us predicted to be saved: under 20 us / 2, which the filter verify mode had near the records skipped
         ex = hook.Executor(selector=DefaultTakes(shipped, 50.0, 41.0, distance), live=True, verify=3, cache=False)
         ex._live_ok = lambda: True
         ex._live_choices = live_choices
         asked.clear()
-        ids, why = ex.shortlist_to_time(problem)
         assert ex.far_from_records(problem) == (distance == FAR)
-        if distance == FAR:
-            assert (ids, why) == ([c.candidate_id for c in live_choices(problem, 4)][:3], "")
-            # the verify + 1 first (PyTorch's default may be among them), of heuristic modes A's and FALLBACK's lists
-            assert asked[0] == (problem, 4, ("a", "fallback")) == (problem, 4, executor_mod.VERIFY_LIVE_MODES)
-            # looking first decides from the nearest list: no live query before the looks found the device busy
-            asked.clear()
-            assert ex.shortlist_to_time(problem, live=False)[0] == nearest and not asked
-        else:
-            assert (ids, why) == ([], executor_mod.PREDICTED_GAIN_TOO_SMALL) and not asked
-            assert ex.shortlist_to_time(problem, gain_filter=False)[0] == nearest
+        assert ex.shortlist_to_time(problem) == (top, "")
+        # the verify + 1 first (PyTorch's default may be among them), of heuristic modes A's and FALLBACK's lists
+        assert asked == [(problem, 4, ("a", "fallback"))] and asked[0][2] == executor_mod.VERIFY_LIVE_MODES
+        # looking first decides from the nearest list: no live query before the looks found the device busy
+        asked.clear()
+        assert ex.shortlist_to_time(problem, live=False)[0] == nearest and not asked
+    slower = hook.Executor(selector=DefaultTakes(shipped, 50.0, 60.0, FAR), live=True, verify=3, cache=False)
+    slower._live_ok, slower._live_choices = (lambda: True), live_choices
+    assert slower.shortlist_to_time(problem) == (top, "")  # far: all three, though predicted slower
+    assert len(slower.shortlist_to_time(problem, prune=True)[0]) == 1
+    slower_near = hook.Executor(selector=DefaultTakes(shipped, 50.0, 60.0), live=True, verify=3, cache=False)
+    slower_near._live_ok, slower_near._live_choices = (lambda: True), live_choices
+    assert slower_near.shortlist_to_time(problem) == (top[:1], "")  # near: the first only
 
 
 def test_far_from_the_records_a_default_too_short_to_pay_is_still_not_timed(shipped):

@@ -874,36 +874,40 @@ class Executor:
         return self._judge(problem, fastest(times, host_us), times, default_ms, "measured", MIN_MEASURED_RATIO,
                            host_us)  # fmt: skip
 
-    def shortlist_to_time(self, problem: ConvProblem, gain_filter: bool = True, prune: bool = True,
+    def shortlist_to_time(self, problem: ConvProblem, gain_filter: bool = False, prune: bool | None = None,
                           live: bool | None = None) -> tuple[list[str], str]:  # fmt: skip
-        """The candidates verify mode times on a new ``problem`` besides PyTorch's default, or none and why not
-        (``gain_filter=False``: without the predicted-gain filter, as before it; ``prune=False``: every one of the
-        model's top ``verify``, not only those predicted within ``VERIFY_MAX_PREDICTED_RATIO`` of the default).
+        """The candidates verify mode times on a new ``problem`` besides PyTorch's default, or none and why not: the
+        model's top ``verify`` of cuDNN's live list of the problem (heuristic modes ``VERIFY_LIVE_MODES``, where it
+        can be queried; ``live`` forces either list), whatever the predicted gain, pruned near the records only
+        (``prune``: force it either way; :func:`pruned_shortlist`), and nothing where the default is predicted too
+        short to pay. ``gain_filter=True``: also nothing where the predicted gain is not worth timing
+        (:func:`worth_a_closer_look`), as verify mode did near the records before.
 
-        Near the records (:meth:`far_from_records`), the model's top of the nearest recorded problem's list, where
-        the predicted gain is worth timing (:func:`worth_a_closer_look`). Far from them, the model's top of cuDNN's
-        live list of the problem (where it can be queried; ``live`` forces either list), and no predicted-gain
-        filter: the nearest recorded list of a grouped convolution (RegNet's, 4-49 groups, which no record holds)
-        names configs that are not the problem's own, and the model's predicted default there was half the
-        measured one (H200, float32 RegNetY-800MF: the weight gradient of its 20-group 3x3 convolution, 404 us a
-        call by PyTorch's default, 98 us by the live list's top 3, 404 us by the nearest list's). On 774
-        unrecorded problems swept on the H200 (the zoo's RegNetY, SqueezeNet and ConvNeXt layers in float32,
-        GoogLeNet's and MyNet's), timing that way instead of the nearest list with the filter everywhere took
-        their total time from 0.998 to 0.955 of the default's (best: 0.892) for 494 problems timed instead of 99,
-        466 of them with a live query of heuristic modes A's and FALLBACK's lists (``VERIFY_LIVE_MODES``; ``python
-        benchmarks/verify_far.py``; docs/hook.md, "Verify mode far from the records")."""
+        The model's predicted times miss what a problem the records lack gains. Far from the records the nearest
+        recorded list may not be the problem's own: that of a grouped convolution (RegNet's, 4-49 groups, which no
+        record holds) names configs that are not its own, and the model's predicted default was half the measured
+        one (H200, float32 RegNetY-800MF: its 20-group 3x3 convolution's weight gradient, 404 us a call by PyTorch's
+        default, 98 us by the live list's top 3, 404 us by the nearest list's). Near them the predicted gain missed
+        ConvNeXt-T's: its float32 layers (b32) took 0.998 of the default's convolution time with the filter, 0.963
+        without it. On 774 unrecorded problems swept on the H200 (the zoo's RegNetY, SqueezeNet and ConvNeXt layers
+        in float32, GoogLeNet's and MyNet's; ``python benchmarks/verify_far.py``, by the records), the shortlists
+        find 0.945 of the default's total time this way (best 0.892) for 710 problems timed, 0.955 with the filter
+        near the records and pruning everywhere (494 timed), 0.998 with the nearest list filtered everywhere (99).
+        What the extra timing cannot keep in a host-bound step the step trial drops (:mod:`algosel.runtime.trial`).
+        """
         if self._too_short_to_pay(problem):
             return [], TOO_SHORT_TO_PAY
         far = self.far_from_records(problem)
-        use_live = (far if live is None else live) and self._live_ok()
+        use_live = (True if live is None else live) and self._live_ok()
         choices = self._choices(problem, use_live, self.verify + 1, VERIFY_LIVE_MODES)
         ids = [c.candidate_id for c in choices if c.candidate_id != "pytorch:default"][: self.verify]
         if not ids:
             return [], "predicted best"
-        predicted = self._predicted_times() if gain_filter else None
+        prune = (not far) if prune is None else prune
+        predicted = self._predicted_times() if (gain_filter or prune) else None
         if predicted is not None:
             times = predicted(problem, [*ids, "pytorch:default"])
-            if not far and not worth_a_closer_look(times, self.min_gain_us):
+            if gain_filter and not worth_a_closer_look(times, self.min_gain_us):
                 return [], PREDICTED_GAIN_TOO_SMALL
             if prune:
                 ids = pruned_shortlist(ids, times)
