@@ -14,8 +14,8 @@ each through the executor's own ``shortlist_to_time``:
   nearest recorded list, the predicted-gain filter, pruning);
 - ``far rule (nearest list near)``: the rule after it (far problems: the live list of heuristic modes
   ``VERIFY_LIVE_MODES``, by the ranks the sweep recorded, pruned, no predicted-gain filter);
-- ``executor``: the executor's rule (every problem: the live list, no predicted-gain filter; pruned near the records
-  only), and ``executor, pruned everywhere``.
+- ``executor``: the executor's rule (every problem: the live list, pruned, no predicted-gain filter), and
+  ``executor, unpruned`` (every candidate of the model's top, also those predicted slower than the default).
 
 Per rule: problems timed (each costs the cold first pass ~20-45 ms on the H200), live lists queried (a query of the
 lists of modes A and FALLBACK costs a few ms, of all three 10-100 ms), and the summed time of the problems against
@@ -87,7 +87,7 @@ def executors(sel, lists: dict[ConvProblem, list[dict]]) -> dict[str, tuple]:
         "nearest list, filter everywhere": (make(Near(sel)), lambda p: filtered),
         "far rule (nearest list near)": (ex, lambda p: {"prune": True} if ex.far_from_records(p) else filtered),
         "executor": (ex, lambda p: {}),
-        "executor, pruned everywhere": (ex, lambda p: {"prune": True}),
+        "executor, unpruned": (ex, lambda p: {"prune": False}),
     }
 
 

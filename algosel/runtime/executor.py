@@ -874,14 +874,14 @@ class Executor:
         return self._judge(problem, fastest(times, host_us), times, default_ms, "measured", MIN_MEASURED_RATIO,
                            host_us)  # fmt: skip
 
-    def shortlist_to_time(self, problem: ConvProblem, gain_filter: bool = False, prune: bool | None = None,
+    def shortlist_to_time(self, problem: ConvProblem, gain_filter: bool = False, prune: bool = True,
                           live: bool | None = None) -> tuple[list[str], str]:  # fmt: skip
         """The candidates verify mode times on a new ``problem`` besides PyTorch's default, or none and why not: the
         model's top ``verify`` of cuDNN's live list of the problem (heuristic modes ``VERIFY_LIVE_MODES``, where it
-        can be queried; ``live`` forces either list), whatever the predicted gain, pruned near the records only
-        (``prune``: force it either way; :func:`pruned_shortlist`), and nothing where the default is predicted too
-        short to pay. ``gain_filter=True``: also nothing where the predicted gain is not worth timing
-        (:func:`worth_a_closer_look`), as verify mode did near the records before.
+        can be queried; ``live`` forces either list), whatever the predicted gain, pruned to those predicted no
+        slower than the default (:func:`pruned_shortlist`; ``prune=False``: all of them), and nothing where the
+        default is predicted too short to pay. ``gain_filter=True``: also nothing where the predicted gain is not
+        worth timing (:func:`worth_a_closer_look`), as verify mode did near the records before.
 
         The model's predicted times miss what a problem the records lack gains. Far from the records the nearest
         recorded list may not be the problem's own: that of a grouped convolution (RegNet's, 4-49 groups, which no
@@ -891,19 +891,19 @@ class Executor:
         ConvNeXt-T's: its float32 layers (b32) took 0.998 of the default's convolution time with the filter, 0.963
         without it. On 774 unrecorded problems swept on the H200 (the zoo's RegNetY, SqueezeNet and ConvNeXt layers
         in float32, GoogLeNet's and MyNet's; ``python benchmarks/verify_far.py``, by the records), the shortlists
-        find 0.945 of the default's total time this way (best 0.892) for 710 problems timed, 0.955 with the filter
-        near the records and pruning everywhere (494 timed), 0.998 with the nearest list filtered everywhere (99).
-        What the extra timing cannot keep in a host-bound step the step trial drops (:mod:`algosel.runtime.trial`).
-        """
+        find 0.948 of the default's total time this way (best 0.892) for 710 problems timed, 0.955 with the filter
+        and the nearest list near the records (494 timed), 0.998 with both everywhere (99). Unpruned, far from the
+        records, 0.945; but the slow candidates pruning skips made ConvNeXt-T's cold first pass (its float32
+        depthwise convolutions' weight gradients: 0.3-2.3 ms a call) 4.3x as long (5.7 s, 0.64 of benchmark mode's
+        tuning; H200, 2026-12-03). What the extra timing finds but a host-bound step cannot use, the step trial
+        drops (:mod:`algosel.runtime.trial`)."""
         if self._too_short_to_pay(problem):
             return [], TOO_SHORT_TO_PAY
-        far = self.far_from_records(problem)
         use_live = (True if live is None else live) and self._live_ok()
         choices = self._choices(problem, use_live, self.verify + 1, VERIFY_LIVE_MODES)
         ids = [c.candidate_id for c in choices if c.candidate_id != "pytorch:default"][: self.verify]
         if not ids:
             return [], "predicted best"
-        prune = (not far) if prune is None else prune
         predicted = self._predicted_times() if (gain_filter or prune) else None
         if predicted is not None:
             times = predicted(problem, [*ids, "pytorch:default"])
