@@ -39,7 +39,10 @@ for good (``pytorch:device idle at the call``); so does it where the looks of
 all the routes on probation, pooled, found the device busy in less than ``MIN_NETWORK_BUSY_FRACTION`` of them (the
 step as a whole is host-bound: ``pytorch:device idle at most of the network's calls``). With ``look_first``, verify
 mode takes the looks before it times a new signature's shortlist, and times it only where they find the device
-busy (``Executor`` says how).
+busy (``Executor`` says how). Where the executor's blocks recur (``enabled()`` blocks, optimizer steps under
+``enable()``), the looks only drop what cannot pay (``TRIAL_BUSY_FRACTION``), and a step trial
+(:mod:`algosel.runtime.trial`) then times blocks with and without the switches and keeps them only where the
+blocks are faster with them (``pytorch:step as fast without the switches`` where not).
 """
 
 from __future__ import annotations
