@@ -127,14 +127,15 @@ def score(sel, lists, weights: dict[ConvProblem, int] | None = None) -> list[str
 
 
 def layer_weights(path: str, lists) -> dict[ConvProblem, int]:
-    """Calls per step of each swept float32 NCHW problem (every direction) of a layers file."""
+    """Calls per step of each swept float32 problem (every direction) of a layers file, in the layout the file
+    recorded for the call (NCHW where it recorded none)."""
     from algosel.measure.layers import load_layers
 
     calls = collections.Counter()
     for row in load_layers(path).to_dict("records"):
-        calls[tuple(int(row[k]) for k in SHAPE_FIELDS)] += int(row["calls"])
-    return {p: calls[tuple(getattr(p, k) for k in SHAPE_FIELDS)] for p in lists
-            if p.dtype == "float32" and p.layout == "nchw"}  # fmt: skip
+        calls[(tuple(int(row[k]) for k in SHAPE_FIELDS), row["layout"] or "nchw")] += int(row["calls"])
+    return {p: calls[(tuple(getattr(p, k) for k in SHAPE_FIELDS), p.layout)] for p in lists
+            if p.dtype == "float32"}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -101,7 +101,7 @@ def test_every_conv_call_of_a_file_model_is_extracted(model_file: Path) -> None:
     model = load_model(f"{model_file}:make_model")
     assert all(p.is_meta for p in model.parameters()), "built on the meta device"
     frame, skipped = model_layers(model, [parse_input("4,3,32,32")], "usernet")
-    assert list(frame.columns) == list(SUITE_COLUMNS)
+    assert list(frame.columns) == [*SUITE_COLUMNS, "layout"] and set(frame["layout"]) == {"nchw"}
     assert list(frame["layer"]) == ["stem", "dw", "std", "head"]
     assert [_shape(r) for r in frame.to_dict("records")] == [
         (4, 3, 13, 32, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1),
@@ -223,9 +223,10 @@ def test_write_load_round_trip(tmp_path: Path, model_file: Path) -> None:
     path = write_layers(frame, tmp_path / "sub" / "layers.csv")
     loaded = load_layers(path)
     assert list(loaded.columns) == list(LAYERS_COLUMNS) and (loaded["calls"] == 1).all()
-    pd.testing.assert_frame_equal(loaded[list(SUITE_COLUMNS)], frame.astype({f: "int64" for f in LAYER_FIELDS}))
+    columns = [*SUITE_COLUMNS, "layout"]
+    pd.testing.assert_frame_equal(loaded[columns], frame.astype({f: "int64" for f in LAYER_FIELDS}))
     # A layers file is a suite file: the suites' reader takes it.
-    pd.testing.assert_frame_equal(load_suite("layers", tmp_path / "sub"), loaded[list(SUITE_COLUMNS)])
+    pd.testing.assert_frame_equal(load_suite("layers", tmp_path / "sub"), loaded[columns])
     # and writing what was read gives the same bytes
     again = write_layers(loaded.drop(columns="calls"), tmp_path / "again.csv")
     assert again.read_bytes() == path.read_bytes()
@@ -462,3 +463,38 @@ def test_layers_of_torchvision_resnet50_are_its_committed_suite(tmp_path: Path) 
     out = tmp_path / "resnet50.csv"
     assert main(["layers", "--model", "torchvision.models:resnet50", "--input", "32,3,224,224", "--out", str(out)]) == 0
     pd.testing.assert_frame_equal(load_layers(out)[list(SUITE_COLUMNS)], load_suite("resnet50"))
+
+
+# ------------------------------------------------------------------------------------------ layouts
+class _PermutingBlock(nn.Module):
+    """As torchvision's ConvNeXt block: a depthwise convolution, a linear layer on channels last, and back, so that
+    the next block's convolution gets a channels_last-strided input."""
+
+    def __init__(self, c: int = 8):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.pw = nn.Linear(c, c)
+
+    def forward(self, x):
+        return self.pw(self.dw(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def test_the_layout_a_network_runs_each_convolution_in_is_recorded_and_swept(tmp_path: Path) -> None:
+    from algosel.measure.cases import build_cases
+
+    model = nn.Sequential(_PermutingBlock(), _PermutingBlock()).to("meta")
+    frame, _ = model_layers(model, [parse_input("2,8,16,16")], "convnext_like")
+    assert list(frame["layout"]) == ["nchw", "nhwc"]  # the first gets the NCHW input, the second a permuted one
+    path = write_layers(frame, tmp_path / "layers.csv")
+    assert load_layers(path)["layout"].tolist() == ["nchw", "nhwc"]
+    cases = build_cases(dtypes=("float32",), layouts=("nchw",), suites=(), grid=None, layers=[path])
+    # one shape: NCHW as asked, and NHWC as the network ran its second call
+    assert sorted(c.problem.layout for c in cases) == ["nchw", "nhwc"]
+
+
+def test_a_layers_file_with_a_bad_layout_names_the_line(tmp_path: Path) -> None:
+    frame, _ = model_layers(nn.Conv2d(3, 4, 3).to("meta"), [parse_input("1,3,8,8")], "net")
+    frame.loc[0, "layout"] = "nwhc"
+    path = write_layers(frame, tmp_path / "bad.csv")
+    with pytest.raises(ValueError, match=r"bad.csv, line 2, column 'layout': 'nwhc' is not nchw, nhwc or empty"):
+        load_layers(path)

@@ -215,3 +215,15 @@ def test_sweep_dry_run_of_a_recorded_file(tmp_path: Path, capsys: pytest.Capture
     argv = ["sweep", "--layers", str(path), "--dtypes", "float32", "--layouts", "nchw,nhwc", "--dry-run"]
     assert main([*argv, "--out", str(tmp_path / "out")]) == 0
     assert capsys.readouterr().out.strip() == "4 cases (0 from the grid, 4 from layers files)"
+
+
+def test_the_layout_a_problem_ran_in_is_recorded_and_one_shape_in_two_layouts_is_two_rows(tmp_path: Path) -> None:
+    path = tmp_path / "unseen.csv"
+    rec = UnseenRecorder(path, flush_at_exit=False)
+    rec.add(P, 2)
+    rec.add(P.replace(layout="nhwc"), 5)
+    rec.flush()
+    rec.add(P.replace(layout="nhwc"), 1)  # merged into its own row
+    rec.flush()
+    frame = load_layers(path)
+    assert list(zip(frame["layout"], frame["calls"])) == [(P.layout, 2), ("nhwc", 6)]

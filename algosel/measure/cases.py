@@ -21,9 +21,10 @@ def build_cases(
 ) -> list[SweepCase]:
     """Layers files' shapes, suite layers and grid shapes, each in every dtype and layout; deduplicated.
 
-    ``layouts`` are the layouts of the layers files' and the suites' shapes, ``grid_layouts`` (default:
-    ``layouts``) those of the grid's. ``layers`` are layers files (:mod:`algosel.measure.layers`; every file is
-    read and validated before anything is returned), whose cases have the source ``layers:<network>``.
+    ``layouts`` are the layouts of the layers files' and the suites' shapes (a layers file's row is also measured in
+    the layout its ``layout`` column recorded), ``grid_layouts`` (default: ``layouts``) those of the grid's.
+    ``layers`` are layers files (:mod:`algosel.measure.layers`; every file is read and validated before anything is
+    returned), whose cases have the source ``layers:<network>``.
 
     A shape that appears in several places is measured once and labelled with the first: a layers file, then a
     suite, then the grid.
@@ -42,9 +43,11 @@ def build_cases(
     frames = [load_layers(path) for path in layers]  # all files validated before any case is built
     for frame in frames:
         for network, part in frame.groupby("network", sort=False):
+            # each row in the layouts asked, and in the one the network ran it in where the file recorded it
+            recorded = [(lay, rows) for lay, rows in part.groupby("layout", sort=False) if lay]
             for dtype in dtypes:
-                for layout in layouts:
-                    for p in layers_problems(part, dtype=dtype, layout=layout):
+                for layout, rows in [*((lay, part) for lay in layouts), *recorded]:
+                    for p in layers_problems(rows, dtype=dtype, layout=layout):
                         cases.setdefault(p.case_key, SweepCase(p, f"layers:{network}"))
     kwargs = {} if suites_dir is None else {"directory": suites_dir}
     for name in suites:

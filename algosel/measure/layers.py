@@ -6,7 +6,9 @@ writes one row per 2-D convolution call. ``algosel sweep --layers layers.csv`` m
 and ``algosel evaluate --layers layers.csv`` judges a model on them.
 
 A layers file has the columns of a suite (:data:`~algosel.measure.suites.SUITE_COLUMNS`: network, layer, the
-shape fields, size) and optionally :data:`CALLS_COLUMN`, how many calls a row stands for (one when absent: the
+shape fields, size), optionally :data:`~algosel.measure.suites.LAYOUT_COLUMN`, the layout the network ran the call in
+(``algosel layers`` records it from the call's strides; ``algosel sweep --layers`` measures each row in it as well as
+in the layouts asked), and optionally :data:`CALLS_COLUMN`, how many calls a row stands for (one when absent: the
 rows of ``algosel layers`` are single calls in execution order). The runtime hook's record of the problems it met
 without records (:mod:`algosel.runtime.unseen`) is a layers file of network :data:`UNSEEN_NETWORK` with one row
 per shape and its call count.
@@ -29,6 +31,7 @@ from torch import nn
 
 from algosel.measure.suites import (
     LAYER_FIELDS,
+    LAYOUT_COLUMN,
     SUITE_COLUMNS,
     extract_conv_calls,
     read_layer_table,
@@ -39,7 +42,7 @@ from algosel.problem import ConvProblem
 #: The optional column of a layers file: calls per row.
 CALLS_COLUMN = "calls"
 #: Columns of a layers file as :func:`load_layers` returns it.
-LAYERS_COLUMNS: tuple[str, ...] = (*SUITE_COLUMNS, CALLS_COLUMN)
+LAYERS_COLUMNS: tuple[str, ...] = (*SUITE_COLUMNS, LAYOUT_COLUMN, CALLS_COLUMN)
 #: The network name of the runtime hook's record of problems it met without records.
 UNSEEN_NETWORK = "unseen"
 
@@ -210,8 +213,8 @@ def model_layers(
     Returns
     -------
     (pandas.DataFrame, dict)
-        Columns :data:`~algosel.measure.suites.SUITE_COLUMNS`; and the convolutions algosel does not cover
-        (1-D, 3-D, transposed), calls per function name summed over the inputs.
+        Columns :data:`~algosel.measure.suites.SUITE_COLUMNS` and ``layout``; and the convolutions algosel does not
+        cover (1-D, 3-D, transposed), calls per function name summed over the inputs.
 
     Raises
     ------
@@ -244,14 +247,15 @@ def model_layers(
             rows.append({"network": network, **record, "size": size})
         for function, count in calls.skipped.items():
             skipped[function] = skipped.get(function, 0) + count
-    return pd.DataFrame(rows, columns=list(SUITE_COLUMNS)), skipped
+    return pd.DataFrame(rows, columns=[*SUITE_COLUMNS, LAYOUT_COLUMN]), skipped
 
 
 def write_layers(frame: pd.DataFrame, path: str | Path) -> Path:
-    """Write a layers frame as CSV (columns :data:`SUITE_COLUMNS`, then ``calls`` where the frame has it)."""
+    """Write a layers frame as CSV (columns :data:`SUITE_COLUMNS`, then ``layout`` and ``calls`` where the frame has
+    them)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    columns = [*SUITE_COLUMNS, *([CALLS_COLUMN] if CALLS_COLUMN in frame else [])]
+    columns = [*SUITE_COLUMNS, *(c for c in (LAYOUT_COLUMN, CALLS_COLUMN) if c in frame)]
     # Explicit "\n", as the suites: the same bytes whatever platform writes them.
     frame.loc[:, columns].to_csv(path, index=False, lineterminator="\n")
     return path
@@ -263,7 +267,8 @@ def load_layers(path: str | Path) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns :data:`LAYERS_COLUMNS`; ``calls`` is 1 where the file has no such column.
+        Columns :data:`LAYERS_COLUMNS`; ``layout`` is empty (not recorded) and ``calls`` 1 where the file has no such
+        column.
 
     Raises
     ------
@@ -272,9 +277,11 @@ def load_layers(path: str | Path) -> pd.DataFrame:
         (:func:`~algosel.measure.suites.read_layer_table`).
     """
     frame = read_layer_table(path, "layers file", extra_int_columns=(CALLS_COLUMN,))
+    if LAYOUT_COLUMN not in frame:
+        frame[LAYOUT_COLUMN] = ""
     if CALLS_COLUMN not in frame:
         frame[CALLS_COLUMN] = 1
-    return frame
+    return frame.loc[:, list(LAYERS_COLUMNS)]
 
 
 def layers_problems(frame: pd.DataFrame, dtype: str, layout: str = "nchw") -> list[ConvProblem]:

@@ -42,6 +42,11 @@ DEFAULT_SUITES_DIR: Path = shipped_path("suites")
 LAYER_FIELDS: tuple[str, ...] = SHAPE_FIELDS
 #: Columns of a suite CSV / of :func:`extract_suite`'s frame, in order.
 SUITE_COLUMNS: tuple[str, ...] = ("network", "layer", *LAYER_FIELDS, "size")
+#: The optional column of a suite or layers file: the memory layout the network ran the call in (``nchw`` or
+#: ``nhwc``; empty: not recorded). PyTorch runs a convolution channels_last where its input or its weight is
+#: channels_last-strided, which networks do inside themselves whatever their input: torchvision's ConvNeXt permutes
+#: each block's output back to NHWC strides, so its depthwise convolutions are NHWC problems.
+LAYOUT_COLUMN = "layout"
 _TEXT_COLUMNS: tuple[str, ...] = ("network", "layer", "size")
 
 #: Feature-map strides of a ResNet backbone's C2..C5 outputs, which an FPN consumes.
@@ -252,6 +257,17 @@ def _resolve_padding(
     return h, w, pad_h, pad_w
 
 
+def call_layout(x: torch.Tensor, weight: torch.Tensor) -> str:
+    """The layout PyTorch runs a convolution of ``x`` and ``weight`` in: ``nhwc`` where either is channels_last-strided
+    (as ``torch.nn.functional.conv2d`` suggests its memory format), else ``nchw``."""
+
+    def channels_last(t: torch.Tensor) -> bool:
+        return t.dim() == 4 and t.shape[1] > 1 and not t.is_contiguous() and t.is_contiguous(
+            memory_format=torch.channels_last)  # fmt: skip
+
+    return "nhwc" if channels_last(x) or channels_last(weight) else "nchw"
+
+
 def _layer_record(name: str, conv: nn.Conv2d, x: torch.Tensor) -> dict[str, Any]:
     # Conv2d also accepts unbatched (c, h, w) input, which is a batch of one.
     n = int(x.shape[0]) if x.dim() == 4 else 1
@@ -273,6 +289,7 @@ def _layer_record(name: str, conv: nn.Conv2d, x: torch.Tensor) -> dict[str, Any]
         "dilation_h": int(conv.dilation[0]),
         "dilation_w": int(conv.dilation[1]),
         "groups": int(conv.groups),
+        LAYOUT_COLUMN: call_layout(x, conv.weight),
     }
 
 
@@ -302,7 +319,8 @@ def _functional_record(name: str, args: tuple[Any, ...], kwargs: dict[str, Any])
     (stride_h, stride_w), (dilation_h, dilation_w) = _pair(bound["stride"]), _pair(bound["dilation"])
     return {"layer": name, "n": n, "c": c, "k": int(weight.shape[0]), "h": h, "w": w, "r": kernel[0],
             "s": kernel[1], "pad_h": pad_h, "pad_w": pad_w, "stride_h": stride_h, "stride_w": stride_w,
-            "dilation_h": dilation_h, "dilation_w": dilation_w, "groups": int(bound["groups"])}  # fmt: skip
+            "dilation_h": dilation_h, "dilation_w": dilation_w, "groups": int(bound["groups"]),
+            LAYOUT_COLUMN: call_layout(x, weight)}  # fmt: skip
 
 
 @dataclass
@@ -615,8 +633,9 @@ def read_layer_table(
     Returns
     -------
     pandas.DataFrame
-        Columns :data:`SUITE_COLUMNS` in order (int64 shape fields, str text columns), then those of
-        ``extra_int_columns`` the file has (int64); other columns are dropped.
+        Columns :data:`SUITE_COLUMNS` in order (int64 shape fields, str text columns), then :data:`LAYOUT_COLUMN`
+        where the file has it (``nchw``, ``nhwc`` or empty), then those of ``extra_int_columns`` the file has
+        (int64); other columns are dropped.
 
     Raises
     ------
@@ -640,7 +659,15 @@ def read_layer_table(
     if frame.empty:
         raise ValueError(f"{label} {path} holds no rows")
     int_columns = [*LAYER_FIELDS, *(c for c in extra_int_columns if c in frame.columns)]
-    out = frame.loc[:, [*SUITE_COLUMNS, *int_columns[len(LAYER_FIELDS) :]]].copy()
+    layout = [LAYOUT_COLUMN] if LAYOUT_COLUMN in frame.columns else []
+    out = frame.loc[:, [*SUITE_COLUMNS, *layout, *int_columns[len(LAYER_FIELDS) :]]].copy()
+    if layout:
+        out[LAYOUT_COLUMN] = out[LAYOUT_COLUMN].str.strip().str.lower()
+        bad = ~out[LAYOUT_COLUMN].isin(("", "nchw", "nhwc"))
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise ValueError(f"{label} {path}, line {i + 2}, column {LAYOUT_COLUMN!r}: "
+                             f"{frame[LAYOUT_COLUMN].iloc[i]!r} is not nchw, nhwc or empty")  # fmt: skip
     for column in int_columns:
         # Line numbers as an editor shows them: the header is line 1.
         values = pd.to_numeric(out[column].str.strip(), errors="coerce")

@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from algosel.measure.layers import CALLS_COLUMN, LAYERS_COLUMNS, UNSEEN_NETWORK, load_layers, write_layers
-from algosel.measure.suites import LAYER_FIELDS
+from algosel.measure.suites import LAYER_FIELDS, LAYOUT_COLUMN
 from algosel.problem import ConvProblem
 
 log = logging.getLogger(__name__)
@@ -136,17 +136,19 @@ class UnseenRecorder:
 
 
 def _rows(pending: Mapping[ConvProblem, int]) -> pd.DataFrame:
-    calls: dict[str, int] = {}
-    first: dict[str, ConvProblem] = {}
+    calls: dict[tuple[str, str], int] = {}
+    first: dict[tuple[str, str], ConvProblem] = {}
     for problem, count in pending.items():
-        calls[problem.shape_key] = calls.get(problem.shape_key, 0) + count
-        first.setdefault(problem.shape_key, problem)
+        key = (problem.shape_key, problem.layout)  # the layout the network ran it in: swept in it
+        calls[key] = calls.get(key, 0) + count
+        first.setdefault(key, problem)
     rows = [
         {
             "network": UNSEEN_NETWORK,
-            "layer": key,
+            "layer": key[0],
             **{f: getattr(p, f) for f in LAYER_FIELDS},
             "size": f"{p.h}x{p.w}",
+            LAYOUT_COLUMN: p.layout,
             CALLS_COLUMN: calls[key],
         }
         for key, p in first.items()
@@ -162,7 +164,7 @@ def _merge(existing: pd.DataFrame | None, pending: Mapping[ConvProblem, int]) ->
         return new
     unseen = existing["network"] == UNSEEN_NETWORK
     both = pd.concat([existing[unseen], new], ignore_index=True)
-    fields = list(LAYER_FIELDS)
+    fields = [*LAYER_FIELDS, LAYOUT_COLUMN]
     summed = both.groupby(fields, sort=False, as_index=False).agg(
         network=("network", "first"), layer=("layer", "first"), size=("size", "first"), calls=(CALLS_COLUMN, "sum")
     )
