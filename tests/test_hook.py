@@ -1146,6 +1146,14 @@ class _BlockClock:
         return self.on_ms if StepTrial.arm(None, start // 2) == "on" else self.off_ms
 
 
+def _looking(monkeypatch, busy, clock=None) -> None:
+    """Probation's looks answered by ``busy(tensor)``, even right after planning; step trials timed by ``clock``."""
+    monkeypatch.setattr(executor_mod, "device_busy", busy)
+    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
+    if clock is not None:
+        monkeypatch.setattr(executor_mod, "block_clock", lambda device: clock)
+
+
 @pytest.mark.parametrize(("busy_looks", "on_ms", "off_ms", "verdict", "kept"), [
     (8, 0.95, 1.0, "switches faster", True),
     (8, 1.0, 1.0, "pytorch's as fast", False),  # as fast: PyTorch's own, at no host cost
@@ -1158,9 +1166,7 @@ def test_a_step_trial_keeps_the_switches_only_where_blocks_with_them_are_faster(
     the switches and PyTorch's own F.conv2d (stepping aside), and the switches stay only where their blocks' spans
     were shorter by the margin in 7 of 8 pairs."""
     looks = iter([True] * busy_looks + [False] * (8 - busy_looks))
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: next(looks))
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
-    monkeypatch.setattr(executor_mod, "block_clock", lambda device: _BlockClock(on_ms, off_ms))
+    _looking(monkeypatch, lambda x: next(looks), _BlockClock(on_ms, off_ms))
     ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM is predicted to pay
     routed = _blocks(ex, x, w, 8, padding=0)  # the 8th call's look decides
@@ -1191,12 +1197,10 @@ def test_a_step_trial_that_cannot_tell_leaves_probations_three_quarters_to_decid
         calls["batch 4"] += x.shape[0] == 4
         return x.shape[0] != 4 or calls["batch 4"] <= 3
 
-    monkeypatch.setattr(executor_mod, "device_busy", busy)
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
     spans = iter([1.0, 2.0, 0.5, 1.0, 3.0, 1.0, 0.4, 1.0] * 20)
     clock = _BlockClock(0, 0)
     clock.span_ms = lambda start, end: next(spans)
-    monkeypatch.setattr(executor_mod, "block_clock", lambda device: clock)
+    _looking(monkeypatch, busy, clock)
     ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
     w = torch.randn(32, 64, 6, 6)
     inputs = [torch.randn(n, 64, 6, 6) for n in (4, 5, 6, 7)]  # four fully connected mode convolutions
@@ -1212,9 +1216,7 @@ def test_a_step_trial_that_cannot_tell_leaves_probations_three_quarters_to_decid
 
 
 def test_a_new_call_signature_during_a_step_trial_starts_it_again_once_quiet(executor, monkeypatch):
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: True)
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
-    monkeypatch.setattr(executor_mod, "block_clock", lambda device: _BlockClock(0.9, 1.0))
+    _looking(monkeypatch, lambda x: True, _BlockClock(0.9, 1.0))
     ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     _blocks(ex, x, w, 8, padding=0)
@@ -1230,9 +1232,7 @@ def test_without_recurring_blocks_there_is_no_trial_and_probation_keeps_its_thre
     """One enabled() around every call (or patch_model): no block has ended, so no trial can judge; the looks
     decide at MIN_BUSY_FRACTION as before."""
     looks = iter([True] * 3 + [False] * 5)
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: next(looks))
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
-    monkeypatch.setattr(executor_mod, "block_clock", lambda device: _BlockClock(0.9, 1.0))
+    _looking(monkeypatch, lambda x: next(looks), _BlockClock(0.9, 1.0))
     ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
