@@ -133,12 +133,12 @@ PREDICTED_GAIN_TOO_SMALL = "predicted gain under the least gain"
 #: (``python benchmarks/verify_skip.py``), that is 2.30 candidates a problem instead of 3.00, keeping 98.6% of the
 #: device time per call timing finds (175 of its 180 switches); 0.9: 1.89 a problem, 98.3%.
 VERIFY_MAX_PREDICTED_RATIO = 1.0
-#: The heuristic modes whose lists verify mode ranks far from the records (``Executor.shortlist_to_time``). Mode B's
+#: The heuristic modes whose lists verify mode ranks (``Executor.shortlist_to_time``). Mode B's
 #: list costs several times A's and FALLBACK's together: on the H200 (2026-12-03, 9 problems of the zoo) a query of
 #: the three took 10-101 ms a problem after the first (471 ms), mode A alone 0-3 ms, FALLBACK 1-2 ms, B 8-46 ms; the
 #: zoo's ConvNeXt-T float32 spent 2.1 s timing 15 problems with the three lists, 0.255 of benchmark mode's
-#: tuning. On the 774 swept problems of ``benchmarks/verify_far.py``, A and FALLBACK find 0.955 of the default's total
-#: time where the three find 0.953.
+#: tuning. On the 774 swept problems of ``benchmarks/verify_far.py``, with the live lists ranked far from the records
+#: only (``eebbdbb``), A and FALLBACK found 0.955 of the default's total time where the three found 0.953.
 VERIFY_LIVE_MODES = ("a", "fallback")
 #: Candidates of the model's shortlist whose predicted times are compared, on a problem the records lack.
 PREDICT_TOP_K = 3
@@ -573,10 +573,16 @@ class Executor:
     def _trial_ready(self) -> bool:
         """Whether a step trial starts at this block: possible, every route decided, the block before met no new
         signature, and a switch to judge, on a device with a timeline to read."""
-        if not self._trial_possible() or self.quiet_blocks < 1 or self._looked - set(self._routes):
-            return False
-        routes = self._routes.values()
-        return all(r.probe is None for r in routes) and any(r.kind != "native" for r in routes)
+        return self._trial_possible() and self.quiet_blocks >= 1 and not self._undecided() and self._switches()
+
+    def _undecided(self) -> int:
+        """Call signatures still on probation or looking at the device, and those that looked and are to be timed
+        at their next call."""
+        return sum(r.probe is not None for r in self._routes.values()) + len(self._looked - set(self._routes))
+
+    def _switches(self) -> bool:
+        """Whether any route leaves PyTorch's own convolution (what a step trial judges)."""
+        return any(r.kind != "native" for r in self._routes.values())
 
     def busy_fractions(self) -> tuple[float, float]:
         """Probation's least busy shares (per route, pooled): ``TRIAL_BUSY_FRACTION`` while a step trial is still to
@@ -588,10 +594,8 @@ class Executor:
     def deciding(self) -> int:
         """Call signatures still looking at the device or on probation, plus one while a step trial is under way
         or due (the blocks until the executor's routes are settled)."""
-        pending = sum(r.probe is not None for r in self._routes.values()) + len(self._looked - set(self._routes))
-        due = self.trial is not None or (self.trial_verdict is None and self._trial_possible() and any(
-            r.kind != "native" for r in self._routes.values()))  # fmt: skip
-        return pending + due
+        due = self.trial is not None or (self.trial_verdict is None and self._trial_possible() and self._switches())
+        return self._undecided() + due
 
     def _judged(self, verdict: str) -> None:
         """The step trial's verdict: the switches stay (:data:`KEEP`), go (:data:`DROP`), or, where it could not
