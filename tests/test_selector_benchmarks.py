@@ -271,3 +271,14 @@ def test_verify_far_scores_each_rule_on_a_swept_network_the_records_lack():
     assert before[0][1] == 0 and far[0][0] > before[0][0] and far[0][1] > 0 and now[0][0] >= far[0][0]
     assert far[1][2] < before[1][2] and now[1][2] <= far[1][2]
     assert now[1][2] < before[1][2]  # RegNetY: its grouped convolutions' gains are found
+
+
+def test_verify_vs_sweep_compares_verify_modes_timing_with_the_sweeps():
+    """benchmarks/verify_vs_sweep.py on the committed float32 zoo run and the zoo's sweep: the pairs both hold, and
+    their agreement (what docs/hook.md quotes)."""
+    cmd = [sys.executable, str(REPO / "benchmarks" / "verify_vs_sweep.py"),
+           str(REPO / "benchmarks" / "results" / "zoo-h200-20261203-float32-02abf33.jsonl"),
+           str(REPO / "data" / "sweeps" / "h200-zoo-f32")]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.startswith("248 pairs; |log(verify / sweep)| median 0.0096, p90 0.0424; within 3%: 0.823")
