@@ -66,7 +66,8 @@ def listed(rows: list[dict], modes: tuple[str, ...] | None) -> list[dict]:
 
 
 def executors(sel, lists: dict[ConvProblem, list[dict]]) -> dict[str, tuple]:
-    """Per rule: an executor whose live list of a problem is its swept list, and ``shortlist_to_time``'s keywords."""
+    """Per rule: an executor whose live list of a problem is its swept list, ``shortlist_to_time``'s keywords, and
+    the pruning ratio far from the records (``VERIFY_MAX_PREDICTED_RATIO_FAR``; None: the executor's)."""
     from algosel.runtime.executor import Executor
 
     def make(selector):
@@ -83,12 +84,37 @@ def executors(sel, lists: dict[ConvProblem, list[dict]]) -> dict[str, tuple]:
 
     ex = make(sel)
     filtered = {"gain_filter": True, "live": False, "prune": True}
-    return {
-        "nearest list, filter everywhere": (make(Near(sel)), lambda p: filtered),
-        "far rule (nearest list near)": (ex, lambda p: {"prune": True} if ex.far_from_records(p) else filtered),
-        "executor": (ex, lambda p: {}),
-        "executor, unpruned": (ex, lambda p: {"prune": False}),
+    rules = {
+        "nearest list, filter everywhere": (make(Near(sel)), lambda p: filtered, 1.0),
+        "far rule (nearest list near)": (ex, lambda p: {"prune": True} if ex.far_from_records(p) else filtered, 1.0),
+        "executor": (ex, lambda p: {}, None),
+        "executor, unpruned": (ex, lambda p: {"prune": False}, None),
     }
+    for ratio in FAR_RATIOS:
+        rules[f"executor, far pruned at {ratio:g}x"] = (ex, lambda p: {}, ratio)
+    return rules
+
+
+#: Pruning ratios far from the records that ``score`` compares with the executor's.
+FAR_RATIOS = (1.0, 1.5, 2.0, 3.0, float("inf"))
+
+
+def timing_cost_ms(times: dict[str, float], ids: list[str]) -> float:
+    """Device time verify mode's timer spends on PyTorch's default and ``ids`` (in that order), by the recorded
+    ``times``: per candidate one checked run, the warm-up estimate's two, and the repeats ``planned_repeats`` gives
+    with verify mode's timer settings (``VERIFY_TIMER``). Candidates without a time (not built) cost nothing here;
+    plan builds are counted apart."""
+    from algosel.measure.timing import planned_repeats
+    from algosel.runtime.executor import VERIFY_TIMER
+
+    cost_ms, best_ms = 0.0, None
+    for cid in ["pytorch:default", *ids]:
+        t = times.get(cid)
+        if t is None:
+            continue
+        cost_ms += t * (3 + planned_repeats(t, best_ms, **VERIFY_TIMER))
+        best_ms = t if best_ms is None else min(best_ms, t)
+    return cost_ms
 
 
 def found_ms(times: dict[str, float], ids: list[str], min_gain_us: float) -> float:
@@ -105,23 +131,34 @@ def found_ms(times: dict[str, float], ids: list[str], min_gain_us: float) -> flo
 
 def score(sel, lists, weights: dict[ConvProblem, int] | None = None) -> list[str]:
     lines = []
-    for name, (ex, kw) in executors(sel, lists).items():
+    import algosel.runtime.executor as executor_mod
+
+    for name, (ex, kw, far_ratio) in executors(sel, lists).items():
         total = collections.Counter()
-        timed = 0
+        timed = built = 0
         queried_before = ex.live_queries  # one executor serves several rules
-        for p, rows in lists.items():
-            w = 1 if weights is None else weights.get(p, 0)
-            if not w:
-                continue
-            times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows}
-            ids, _ = ex.shortlist_to_time(p, **kw(p))
-            timed += bool(ids)
-            total["default"] += w * times["pytorch:default"]
-            total["best"] += w * min(times.values())
-            total["found"] += w * found_ms(times, ids, ex.min_gain_us)
+        saved = executor_mod.VERIFY_MAX_PREDICTED_RATIO_FAR
+        executor_mod.VERIFY_MAX_PREDICTED_RATIO_FAR = saved if far_ratio is None else far_ratio
+        try:
+            for p, rows in lists.items():
+                w = 1 if weights is None else weights.get(p, 0)
+                if not w:
+                    continue
+                times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows}
+                ids, _ = ex.shortlist_to_time(p, **kw(p))
+                timed += bool(ids)
+                built += len(ids)
+                total["default"] += w * times["pytorch:default"]
+                total["best"] += w * min(times.values())
+                total["found"] += w * found_ms(times, ids, ex.min_gain_us)
+                if ids:
+                    total["cost"] += timing_cost_ms(times, ids)  # once a problem, whatever its calls per step
+        finally:
+            executor_mod.VERIFY_MAX_PREDICTED_RATIO_FAR = saved
         live = ex.live_queries - queried_before
-        lines.append(f"  {name:32s} timed {timed:4d}  live lists {live:4d}  total / default "
-                     f"{total['found'] / total['default']:.3f}  / best {total['found'] / total['best']:.3f}"
+        lines.append(f"  {name:32s} timed {timed:4d}  built {built:4d}  timing {total['cost'] / 1e3:6.2f} s  "
+                     f"live lists {live:4d}  total / default {total['found'] / total['default']:.3f}"
+                     f"  / best {total['found'] / total['best']:.3f}"
                      f"  (best / default {total['best'] / total['default']:.3f})")  # fmt: skip
     return lines
 

@@ -270,10 +270,14 @@ def test_verify_mode_times_the_live_lists_top_near_the_records_or_far(shipped):
         # looking first decides from the nearest list: no live query before the looks found the device busy
         asked.clear()
         assert ex.shortlist_to_time(problem, live=False)[0] == nearest and not asked
-    for distance in (0.0, FAR):  # every candidate predicted slower than the default: the first one only
-        slower = hook.Executor(selector=DefaultTakes(shipped, 50.0, 60.0, distance), live=True, verify=3, cache=False)
+    # every candidate predicted slower than the default: the first one only near the records; far from them, where
+    # the predicted times are extrapolations, all within VERIFY_MAX_PREDICTED_RATIO_FAR (3x) of the default's
+    far_ratio = executor_mod.VERIFY_MAX_PREDICTED_RATIO_FAR
+    for distance, other_us, kept in ((0.0, 60.0, 1), (FAR, 60.0, 3), (FAR, 50.0 * far_ratio + 1.0, 1)):
+        slower = hook.Executor(selector=DefaultTakes(shipped, 50.0, other_us, distance), live=True, verify=3,
+                               cache=False)  # fmt: skip
         slower._live_ok, slower._live_choices = (lambda: True), live_choices
-        assert slower.shortlist_to_time(problem) == (top[:1], "")
+        assert slower.shortlist_to_time(problem) == (top[:kept], "")
         assert slower.shortlist_to_time(problem, prune=False) == (top, "")
 
 

@@ -492,6 +492,26 @@ def test_the_layout_a_network_runs_each_convolution_in_is_recorded_and_swept(tmp
     assert sorted(c.problem.layout for c in cases) == ["nchw", "nhwc"]
 
 
+class _Downsample(nn.Module):
+    """As ConvNeXt's downsampling layer after a block: a strided convolution of a channels_last-strided input."""
+
+    def __init__(self, c: int = 8):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 2, stride=2)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_a_convolution_after_a_channels_last_one_is_recorded_as_the_gpu_runs_it(device: str) -> None:
+    # CUDA (and the CPU) keep a channels_last input's layout in the output; the meta device's convolution returns a
+    # contiguous tensor, which recorded ConvNeXt's block after each downsampling as NCHW.
+    model = nn.Sequential(_PermutingBlock(), _Downsample(), _PermutingBlock()).to(device)
+    frame, _ = model_layers(model, [parse_input("2,8,16,16")], "convnext_like")
+    assert list(frame["layout"]) == ["nchw", "nhwc", "nhwc"]
+
+
 def test_a_layers_file_with_a_bad_layout_names_the_line(tmp_path: Path) -> None:
     frame, _ = model_layers(nn.Conv2d(3, 4, 3).to("meta"), [parse_input("1,3,8,8")], "net")
     frame.loc[0, "layout"] = "nwhc"

@@ -252,16 +252,30 @@ def test_verify_far_scores_each_rule_on_a_swept_network_the_records_lack():
     assert res.returncode == 0, res.stderr[-2000:]
     lines = res.stdout.splitlines()
     assert lines[0].startswith("180 problems the records lack")
-    rules = {}
+    rules, costs = {}, {}
     for line in lines:
         if "timed" in line:
             name, rest = line.strip().split("  timed")
             f = rest.replace("(", " ").replace(")", " ").split()
-            rules.setdefault(name.strip(), []).append((int(f[0]), int(f[3]), float(f[7]), float(f[10]), float(f[14])))
-    assert len(rules) == 4 and all(len(v) == 2 for v in rules.values())  # all problems, then RegNetY's
+            rules.setdefault(name.strip(), []).append((int(f[0]), int(f[8]), float(f[12]), float(f[15]), float(f[19])))
+            costs.setdefault(name.strip(), []).append((int(f[2]), float(f[4])))  # candidates built, timing s
+    far_rules = [f"executor, far pruned at {r:g}x" for r in (1.0, 1.5, 2.0, 3.0, math.inf)]  # verify_far.FAR_RATIOS
+    assert len(rules) == 4 + len(far_rules) and all(len(v) == 2 for v in rules.values())  # all, then RegNetY's
     for _, live, found_vs_default, found_vs_best, best_vs_default in (r for v in rules.values() for r in v):
         assert 0 <= live and found_vs_default <= 1.0 and found_vs_best >= 1.0
         assert found_vs_default == pytest.approx(found_vs_best * best_vs_default, abs=2e-3)
+    # a larger pruning ratio far from the records times a superset: more candidates built, timing at least as
+    # long, and at least as much found; the executor's rule is that of its own ratio
+    for i in range(2):
+        built = [costs[r][i][0] for r in far_rules]
+        spent = [costs[r][i][1] for r in far_rules]
+        found = [rules[r][i][2] for r in far_rules]
+        assert built == sorted(built) and spent == sorted(spent) and found == sorted(found, reverse=True)
+        assert all(t > 0 for t in spent) and built[0] > 0
+    from algosel.runtime import executor
+
+    own = f"executor, far pruned at {executor.VERIFY_MAX_PREDICTED_RATIO_FAR:g}x"
+    assert rules["executor"] == rules[own] and costs["executor"] == costs[own]
     # live lists counted as queried: the far rule queries only the far problems it times; the executor's rule
     # queries every problem not too short to pay (it times those whose list has a candidate besides the default)
     assert all(live <= timed for timed, live, *_ in rules["far rule (nearest list near)"])
@@ -271,6 +285,17 @@ def test_verify_far_scores_each_rule_on_a_swept_network_the_records_lack():
     assert before[0][1] == 0 and far[0][0] > before[0][0] and far[0][1] > 0 and now[0][0] >= far[0][0]
     assert far[1][2] < before[1][2] and now[1][2] <= far[1][2]
     assert now[1][2] < before[1][2]  # RegNetY: its grouped convolutions' gains are found
+
+
+def test_verify_fars_timing_cost_follows_verify_modes_timer(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import verify_far
+
+    times = {"pytorch:default": 1.0, "a": 0.5, "b": 2.0}
+    # the default: 3 runs + 3 repeats (1 ms budget, at least 3); a: 3 + 3; b (4x the best so far): its 3 runs only
+    assert verify_far.timing_cost_ms(times, ["a", "b", "not built"]) == pytest.approx(6 * 1.0 + 6 * 0.5 + 3 * 2.0)
+    assert verify_far.timing_cost_ms(times, []) == pytest.approx(6.0)
+    assert verify_far.FAR_RATIOS == (1.0, 1.5, 2.0, 3.0, math.inf)
 
 
 def test_verify_vs_sweep_compares_verify_modes_timing_with_the_sweeps():

@@ -480,3 +480,14 @@ def test_the_math_mode_is_the_problems_or_the_callers(math_arg, expected) -> Non
 def test_a_bad_reference_or_math_mode_is_refused_by_name(arg, value) -> None:
     with pytest.raises(ValueError, match=value):
         Sweeper([], FakeTimer(lambda label: 1.0), ENV, device="cpu", **{arg: value})
+
+
+def test_the_timers_repeat_rule_spends_little_on_candidates_slower_than_the_best():
+    from algosel.measure.timing import planned_repeats
+
+    rule = {"budget_ms": 10.0, "min_repeats": 5, "max_repeats": 15, "slow_factor": 4.0, "single_factor": 20.0}
+    assert planned_repeats(0.1, None, **rule) == 15  # the budget's 100, clamped
+    assert planned_repeats(1.0, None, **rule) == 10 and planned_repeats(5.0, None, **rule) == 5
+    assert planned_repeats(1.0, 0.5, **rule) == 10  # 2x the best so far: timed as usual
+    assert planned_repeats(3.0, 0.5, **rule) == 3  # beyond slow_factor: 3 repeats
+    assert planned_repeats(11.0, 0.5, **rule) == 0  # beyond single_factor: its warm-up run only

@@ -306,11 +306,17 @@ _OTHER_CONVS: dict[Any, str] = {
 }
 
 
-def _functional_record(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The record of an ``F.conv2d`` call made outside any ``nn.Conv2d`` (a functional convolution)."""
+def _bound_conv2d_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An ``F.conv2d`` call's arguments by parameter name, defaults filled in."""
     bound = dict(_CONV2D_DEFAULTS)
     bound.update(zip(_CONV2D_PARAMS, args))
     bound.update(kwargs)
+    return bound
+
+
+def _functional_record(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The record of an ``F.conv2d`` call made outside any ``nn.Conv2d`` (a functional convolution)."""
+    bound = _bound_conv2d_args(args, kwargs)
     x, weight = bound["input"], bound["weight"]
     n = int(x.shape[0]) if x.dim() == 4 else 1
     c, h, w = (int(v) for v in x.shape[-3:])
@@ -346,7 +352,16 @@ class _FunctionalConvs(TorchFunctionMode):
             self.records.append(_functional_record(self.names[-1] if self.names else "", args, kwargs))
         elif func in _OTHER_CONVS:
             self.skipped[_OTHER_CONVS[func]] += 1
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if func is F.conv2d and isinstance(out, torch.Tensor) and out.is_meta and out.dim() == 4:
+            # The meta device's convolution returns a contiguous output whatever its input's layout, where CUDA's
+            # (and the CPU's) keeps channels_last: without this, a network run on meta tensors records the call
+            # after a channels_last one as NCHW (ConvNeXt-T: the first depthwise convolution of stages 2-4, behind
+            # their downsampling convolutions, which the H200 runs NHWC).
+            bound = _bound_conv2d_args(args, kwargs)
+            if call_layout(bound["input"], bound["weight"]) == "nhwc":
+                out = out.contiguous(memory_format=torch.channels_last)
+        return out
 
 
 def _run_hooked(model: nn.Module, args: tuple[Any, ...]) -> ConvCalls:

@@ -71,6 +71,19 @@ class Timer(Protocol):
         ...
 
 
+def planned_repeats(estimate_ms: float, best_ms: float | None, budget_ms: float, min_repeats: int, max_repeats: int,
+                    slow_factor: float, single_factor: float) -> int:  # fmt: skip
+    """Timed repeats of a candidate after its warm-up estimate ``estimate_ms`` (see :class:`CudaEventTimer`): 0
+    (the estimate is its only time) beyond ``single_factor`` times the best so far ``best_ms``, 3 beyond
+    ``slow_factor`` times it, else ``budget_ms`` worth, clamped to ``[min_repeats, max_repeats]``. A pure function,
+    so that what a timing costs can be estimated from recorded times without a GPU."""
+    if best_ms is not None and estimate_ms > single_factor * best_ms:
+        return 0
+    if best_ms is not None and estimate_ms > slow_factor * best_ms:
+        return 3
+    return int(min(max(budget_ms / estimate_ms, min_repeats), max_repeats))
+
+
 class CudaEventTimer:
     """CUDA-event timing of queued launches (see the module docstring).
 
@@ -124,15 +137,18 @@ class CudaEventTimer:
         end.synchronize()
         return max(start.elapsed_time(end), 1e-3), host_s
 
+    def repeats(self, estimate_ms: float, best_ms: float | None = None) -> int:
+        """Timed repeats after the warm-up estimate ``estimate_ms``, ``best_ms`` the best time so far
+        (:func:`planned_repeats` with this timer's settings)."""
+        return planned_repeats(estimate_ms, best_ms, self.budget_ms, self.min_repeats, self.max_repeats,
+                               self.slow_factor, self.single_factor)  # fmt: skip
+
     def measure(self, run: Callable[[int], object], label: str = "", best_ms: float | None = None) -> Measurement:
         torch = self._torch
         estimate, host_s = self._estimate(run)
-        if best_ms is not None and estimate > self.single_factor * best_ms:
+        repeats = self.repeats(estimate, best_ms)
+        if not repeats:
             return Measurement(times_ms=(estimate,), host_overhead_us=1e6 * host_s)
-        if best_ms is not None and estimate > self.slow_factor * best_ms:
-            repeats = 3
-        else:
-            repeats = int(min(max(self.budget_ms / estimate, self.min_repeats), self.max_repeats))
         # Block long enough for the host to queue every repeat (its call, the flush, two events), with margin.
         block_ms = 0.3 + 2.0 * repeats * (1e3 * host_s + 0.03)
         for _attempt in range(3):

@@ -133,6 +133,15 @@ PREDICTED_GAIN_TOO_SMALL = "predicted gain under the least gain"
 #: (``python benchmarks/verify_skip.py``), that is 2.30 candidates a problem instead of 3.00, keeping 98.6% of the
 #: device time per call timing finds (175 of its 180 switches); 0.9: 1.89 a problem, 98.3%.
 VERIFY_MAX_PREDICTED_RATIO = 1.0
+#: The same far from the records (``far_from_records``), where the model's predicted times are extrapolations.
+VERIFY_MAX_PREDICTED_RATIO_FAR = 3.0
+#: Verify mode's timer (``CudaEventTimer``'s settings): a small budget, as a few repeats behind a blocked stream rank
+#: a shortlist. A candidate whose warm-up run takes more than ``single_factor`` times the best time so far (PyTorch's
+#: default's, timed first) keeps that run as its only time: it cannot be the one kept, which must be 3% faster than
+#: the default (``MIN_MEASURED_RATIO``), and timing slow candidates is what costs a first pass most where the
+#: shortlist is not pruned (ConvNeXt-T's float32 depthwise weight gradients: 4-12 ms a run for configs of cuDNN's
+#: lists, against the default's 0.7-2.3 ms).
+VERIFY_TIMER = {"budget_ms": 1.0, "min_repeats": 3, "max_repeats": 5, "slow_factor": 1.25, "single_factor": 1.25}
 #: The heuristic modes whose lists verify mode ranks (``Executor.shortlist_to_time``). Mode B's
 #: list costs several times A's and FALLBACK's together: on the H200 (2026-12-03, 9 problems of the zoo) a query of
 #: the three took 10-101 ms a problem after the first (471 ms), mode A alone 0-3 ms, FALLBACK 1-2 ms, B 8-46 ms; the
@@ -917,7 +926,8 @@ class Executor:
             if gain_filter and not worth_a_closer_look(times, self.min_gain_us):
                 return [], PREDICTED_GAIN_TOO_SMALL
             if prune:
-                ids = pruned_shortlist(ids, times)
+                ids = pruned_shortlist(ids, times, VERIFY_MAX_PREDICTED_RATIO_FAR if self.far_from_records(problem)
+                                       else VERIFY_MAX_PREDICTED_RATIO)  # fmt: skip
         return ids, ""
 
     def _predicted_times(self):
@@ -944,7 +954,7 @@ class Executor:
             # checked against PyTorch's default (listed first) under the caller's TF32 switches: an exact reference
             # and switches set otherwise each made PyTorch build a plan of its own per problem, a third of the cold
             # pass (EfficientNet-B0 autocast on the H200: 5.2 of 18.9 s).
-            timer = CudaEventTimer(budget_ms=1.0, min_repeats=3, max_repeats=5)
+            timer = CudaEventTimer(**VERIFY_TIMER)
             self._sweeper = Sweeper([], timer, {"env_id": "runtime"}, operand_sets=1, reference="first",
                                     math="caller")  # fmt: skip
         return self._sweeper
