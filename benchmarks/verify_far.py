@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 from pathlib import Path
 
 from standins import Unrecorded
@@ -59,15 +60,24 @@ def swept_problems(paths: list[str]) -> dict[ConvProblem, list[dict]]:
 
 def listed(rows: list[dict], modes: tuple[str, ...] | None) -> list[dict]:
     """The rows of the heuristic ``modes``' lists (by the ranks the sweep recorded), with the candidates of other
-    spaces (GEMM lowering, PyTorch's default); all of them where ``modes`` is None."""
+    spaces (GEMM lowering, PyTorch's default), their ranks in the other modes' lists cleared; all of them as
+    recorded where ``modes`` is None."""
     if modes is None:
         return rows
-    return [r for r in rows if r["space"] != "cudnn" or any(r.get(f"rank_{m}", -1) >= 0 for m in modes)]
+    out = []
+    for r in rows:
+        if r["space"] == "cudnn" and not any(r.get(f"rank_{m}", -1) >= 0 for m in modes):
+            continue
+        # as a live query of these modes only gives them: no rank in the lists not asked (the model's list-context
+        # features read them)
+        out.append({**r, **{f"rank_{m}": -1 for m in ("a", "b", "fallback") if m not in modes}})
+    return out
 
 
 def executors(sel, lists: dict[ConvProblem, list[dict]]) -> dict[str, tuple]:
     """Per rule: an executor whose live list of a problem is its swept list, ``shortlist_to_time``'s keywords, and
-    the pruning ratio far from the records (``VERIFY_MAX_PREDICTED_RATIO_FAR``; None: the executor's)."""
+    the executor's settings it changes (``VERIFY_MAX_PREDICTED_RATIO_FAR``, ``VERIFY_LIVE_MODES``,
+    ``VERIFY_WHOLE_LIST_MS``)."""
     from algosel.runtime.executor import Executor
 
     def make(selector):
@@ -84,19 +94,27 @@ def executors(sel, lists: dict[ConvProblem, list[dict]]) -> dict[str, tuple]:
 
     ex = make(sel)
     filtered = {"gain_filter": True, "live": False, "prune": True}
+    before = {"VERIFY_MAX_PREDICTED_RATIO_FAR": 1.0, "VERIFY_WHOLE_LIST_MS": math.inf}
     rules = {
-        "nearest list, filter everywhere": (make(Near(sel)), lambda p: filtered, 1.0),
-        "far rule (nearest list near)": (ex, lambda p: {"prune": True} if ex.far_from_records(p) else filtered, 1.0),
-        "executor": (ex, lambda p: {}, None),
-        "executor, unpruned": (ex, lambda p: {"prune": False}, None),
+        "nearest list, filter everywhere": (make(Near(sel)), lambda p: filtered, before),
+        "far rule (nearest list near)": (ex, lambda p: {"prune": True} if ex.far_from_records(p) else filtered, before),
+        "executor": (ex, lambda p: {}, {}),
+        "executor, unpruned": (ex, lambda p: {"prune": False}, {}),
     }
     for ratio in FAR_RATIOS:
-        rules[f"executor, far pruned at {ratio:g}x"] = (ex, lambda p: {}, ratio)
+        rules[f"executor, far pruned at {ratio:g}x"] = (ex, lambda p: {}, {"VERIFY_MAX_PREDICTED_RATIO_FAR": ratio})
+    for modes in (("a",), ("a", "fallback"), ("a", "b", "fallback")):
+        name = f"executor, live lists {'+'.join(m.upper() for m in modes)}"
+        rules[name] = (ex, lambda p: {}, {"VERIFY_LIVE_MODES": modes})
+    for ms in WHOLE_LIST_MS:
+        rules[f"executor, whole list from {ms:g} ms"] = (ex, lambda p: {}, {"VERIFY_WHOLE_LIST_MS": ms})
     return rules
 
 
-#: Pruning ratios far from the records that ``score`` compares with the executor's.
-FAR_RATIOS = (1.0, 1.5, 2.0, 3.0, float("inf"))
+#: Pruning ratios far from the records, and default's times from which the rest of the list is timed, that
+#: ``score`` compares with the executor's.
+FAR_RATIOS = (1.0, 1.5, 2.0, 3.0, math.inf)
+WHOLE_LIST_MS = (0.1, 0.25, 0.5, 1.0, math.inf)
 
 
 def timing_cost_ms(times: dict[str, float], ids: list[str]) -> float:
@@ -133,12 +151,17 @@ def score(sel, lists, weights: dict[ConvProblem, int] | None = None) -> list[str
     lines = []
     import algosel.runtime.executor as executor_mod
 
-    for name, (ex, kw, far_ratio) in executors(sel, lists).items():
+    for name, (ex, kw, settings) in executors(sel, lists).items():
         total = collections.Counter()
         timed = built = 0
         queried_before = ex.live_queries  # one executor serves several rules
-        saved = executor_mod.VERIFY_MAX_PREDICTED_RATIO_FAR
-        executor_mod.VERIFY_MAX_PREDICTED_RATIO_FAR = saved if far_ratio is None else far_ratio
+        # each rule from a clean slate: the selector keeps the predicted times of the list it ranked last per
+        # problem, which the rule before may have ranked from other lists
+        for cache in (sel._times, sel._ranked_rows):
+            cache.clear()
+        saved = {k: getattr(executor_mod, k) for k in settings}
+        for k, v in settings.items():
+            setattr(executor_mod, k, v)
         try:
             for p, rows in lists.items():
                 w = 1 if weights is None else weights.get(p, 0)
@@ -146,17 +169,21 @@ def score(sel, lists, weights: dict[ConvProblem, int] | None = None) -> list[str
                     continue
                 times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows}
                 ids, _ = ex.shortlist_to_time(p, **kw(p))
+                # as Executor._measure: the rest of the list after a long default (timed with the default again)
+                rest = ex.rest_of_list_to_time(p, ids, times["pytorch:default"]) if ids else []
                 timed += bool(ids)
-                built += len(ids)
+                built += len(ids) + len(rest)
                 total["default"] += w * times["pytorch:default"]
                 total["best"] += w * min(times.values())
-                total["found"] += w * found_ms(times, ids, ex.min_gain_us)
-                if ids:
-                    total["cost"] += timing_cost_ms(times, ids)  # once a problem, whatever its calls per step
+                total["found"] += w * found_ms(times, ids + rest, ex.min_gain_us)
+                # once a problem, whatever its calls per step
+                total["cost"] += (timing_cost_ms(times, ids) if ids else 0.0) + (
+                    timing_cost_ms(times, rest) if rest else 0.0)  # fmt: skip
         finally:
-            executor_mod.VERIFY_MAX_PREDICTED_RATIO_FAR = saved
+            for k, v in saved.items():
+                setattr(executor_mod, k, v)
         live = ex.live_queries - queried_before
-        lines.append(f"  {name:32s} timed {timed:4d}  built {built:4d}  timing {total['cost'] / 1e3:6.2f} s  "
+        lines.append(f"  {name:36s} timed {timed:4d}  built {built:4d}  timing {total['cost'] / 1e3:6.2f} s  "
                      f"live lists {live:4d}  total / default {total['found'] / total['default']:.3f}"
                      f"  / best {total['found'] / total['best']:.3f}"
                      f"  (best / default {total['best'] / total['default']:.3f})")  # fmt: skip

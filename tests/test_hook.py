@@ -988,15 +988,16 @@ def test_under_enable_a_switch_keeps_the_hook_on_between_optimizer_steps(executo
 
 
 class _Timer:
-    """Verify mode's timer, standing in for the GPU's: GEMM lowering 0.1 ms, PyTorch's default 1 ms, every other
-    candidate 2 ms; ``timed`` lists the problems it was asked to time."""
+    """Verify mode's timer, standing in for the GPU's: GEMM lowering 0.1 ms, PyTorch's default 0.2 ms (a short call:
+    the shortlist only, ``VERIFY_WHOLE_LIST_MS``), every other candidate 2 ms; ``timed`` lists the problems it was
+    asked to time."""
 
     def __init__(self):
         self.timed = []
 
     def measure_candidates(self, problem, pairs, source):
         self.timed.append(problem.key)
-        times = {"pytorch:default": 1.0}
+        times = {"pytorch:default": 0.2}
         return [{"candidate_id": c.candidate_id, "status": "ok", "host_overhead_us": 5.0,
                  "time_ms_median": 0.1 if c.candidate_id.startswith("gemm:") else times.get(c.candidate_id, 2.0)}
                 for _, c in pairs]  # fmt: skip
@@ -1245,3 +1246,42 @@ def test_without_recurring_blocks_there_is_no_trial_and_probation_keeps_its_thre
     (route,) = ex._routes.values()
     assert route.kind == "native" and route.reasons == (f"pytorch:{executor_mod.DEVICE_IDLE}",)
     assert ex.busy_fractions() == (executor_mod.TRIAL_BUSY_FRACTION, executor_mod.TRIAL_BUSY_FRACTION)  # now one has
+
+
+@pytest.mark.parametrize("default_ms", [1.0, 0.1])
+def test_verify_mode_times_the_rest_of_the_list_after_a_long_default(shipped, default_ms):
+    """A long call (PyTorch's default at least ``VERIFY_WHOLE_LIST_MS``): after the shortlist, the rest of the list
+    of all three heuristic modes, by the model's rank, up to ``VERIFY_LIST_MAX`` in all, the default timed first
+    again; its fastest is kept. A short one: the shortlist only."""
+    problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
+    listed = [c for c in shipped.choose(problem, top_k=200) if c.candidate_id != "pytorch:default"][:14]
+    asked = []
+
+    def live_choices(p, k, modes=None):
+        asked.append(modes)
+        return listed[:k]
+
+    ids = [c.candidate_id for c in listed]
+    late = ids[6]  # outside the shortlist: the fastest
+    timed = []
+
+    class Timer:
+        def measure_candidates(self, problem, pairs, source):
+            timed.append([c.candidate_id for _, c in pairs])
+            t = {"pytorch:default": default_ms, late: 0.5 * default_ms}
+            return [{"candidate_id": c.candidate_id, "status": "ok", "host_overhead_us": 5.0,
+                     "time_ms_median": t.get(c.candidate_id, 2.0 * default_ms)} for _, c in pairs]  # fmt: skip
+
+    ex = hook.Executor(selector=DefaultTakes(shipped, 1e3 * default_ms, 1e3 * default_ms), live=True, verify=3,
+                       cache=False)  # fmt: skip
+    ex._live_ok, ex._live_choices, ex._verifier = (lambda: True), live_choices, Timer
+    d = ex._measure(problem)
+    assert timed[0] == ["pytorch:default", *ids[:3]]
+    if default_ms >= executor_mod.VERIFY_WHOLE_LIST_MS:
+        assert asked == [executor_mod.VERIFY_LIVE_MODES, ("a", "b", "fallback")]
+        assert timed[1] == ["pytorch:default", *ids[3 : executor_mod.VERIFY_LIST_MAX]]  # 10 in all
+        assert d.candidate_id == late and d.times_ms[late] == 0.5 * default_ms
+    else:
+        assert asked == [executor_mod.VERIFY_LIVE_MODES] and len(timed) == 1
+        assert d.candidate_id == "pytorch:default"
+    assert ex.measured_problems == 1

@@ -260,7 +260,11 @@ def test_verify_far_scores_each_rule_on_a_swept_network_the_records_lack():
             rules.setdefault(name.strip(), []).append((int(f[0]), int(f[8]), float(f[12]), float(f[15]), float(f[19])))
             costs.setdefault(name.strip(), []).append((int(f[2]), float(f[4])))  # candidates built, timing s
     far_rules = [f"executor, far pruned at {r:g}x" for r in (1.0, 1.5, 2.0, 3.0, math.inf)]  # verify_far.FAR_RATIOS
-    assert len(rules) == 4 + len(far_rules) and all(len(v) == 2 for v in rules.values())  # all, then RegNetY's
+    list_rules = [f"executor, whole list from {ms:g} ms" for ms in (0.1, 0.25, 0.5, 1.0, math.inf)]
+    mode_rules = ["executor, live lists A", "executor, live lists A+FALLBACK", "executor, live lists A+B+FALLBACK"]
+    assert set(rules) == {"nearest list, filter everywhere", "far rule (nearest list near)", "executor",
+                          "executor, unpruned", *far_rules, *list_rules, *mode_rules}  # fmt: skip
+    assert all(len(v) == 2 for v in rules.values())  # all problems, then RegNetY's
     for _, live, found_vs_default, found_vs_best, best_vs_default in (r for v in rules.values() for r in v):
         assert 0 <= live and found_vs_default <= 1.0 and found_vs_best >= 1.0
         assert found_vs_default == pytest.approx(found_vs_best * best_vs_default, abs=2e-3)
@@ -276,6 +280,14 @@ def test_verify_far_scores_each_rule_on_a_swept_network_the_records_lack():
 
     own = f"executor, far pruned at {executor.VERIFY_MAX_PREDICTED_RATIO_FAR:g}x"
     assert rules["executor"] == rules[own] and costs["executor"] == costs[own]
+    # a lower threshold for timing the rest of the list: more built, at least as much found
+    for i in range(2):
+        built = [costs[r][i][0] for r in list_rules]
+        found = [rules[r][i][2] for r in list_rules]
+        assert built == sorted(built, reverse=True) and found == sorted(found)
+    for own in (f"executor, whole list from {executor.VERIFY_WHOLE_LIST_MS:g} ms",
+                f"executor, live lists {'+'.join(m.upper() for m in executor.VERIFY_LIVE_MODES)}"):  # fmt: skip
+        assert rules["executor"] == rules[own] and costs["executor"] == costs[own]
     # live lists counted as queried: the far rule queries only the far problems it times; the executor's rule
     # queries every problem not too short to pay (it times those whose list has a candidate besides the default)
     assert all(live <= timed for timed, live, *_ in rules["far rule (nearest list near)"])

@@ -287,6 +287,8 @@ class Selector:
         predicted times of its top candidates and PyTorch's default without passing the list again)."""
         if self.time_model is not None:
             self._ranked_rows[problem] = rows
+            # the times of another list ranked before are of other list-context features: the last list's only
+            self._times.pop((problem, RANKED), None)
         return self._rank(
             problem, rows, "live", None, max_workspace_bytes, False, len(rows), time_key=(problem, RANKED)
         )
