@@ -3,7 +3,9 @@ in every mode of autograd a training loop uses, and torch.compile keeps it in it
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
 
 import pytest
 import torch
@@ -710,7 +712,7 @@ def test_verify_mode_keeps_the_candidate_whose_kernel_and_launch_cost_least(ship
     ids = [c.candidate_id for c in ex._choices(problem, False, 4) if c.candidate_id != "pytorch:default"][:2]
 
     class Timer:
-        def measure_candidates(self, problem, pairs, source):
+        def measure_candidates(self, problem, pairs, source, deadline_s=None):
             t = {"pytorch:default": (1.000, 20.0), ids[0]: (0.100, 520.0), ids[1]: (0.105, 20.0)}
             return [{"candidate_id": c.candidate_id, "status": "ok", "time_ms_median": t[c.candidate_id][0],
                      "host_overhead_us": t[c.candidate_id][1]} for _, c in pairs if c.candidate_id in t]  # fmt: skip
@@ -995,7 +997,7 @@ class _Timer:
     def __init__(self):
         self.timed = []
 
-    def measure_candidates(self, problem, pairs, source):
+    def measure_candidates(self, problem, pairs, source, deadline_s=None):
         self.timed.append(problem.key)
         times = {"pytorch:default": 0.2}
         return [{"candidate_id": c.candidate_id, "status": "ok", "host_overhead_us": 5.0,
@@ -1254,7 +1256,9 @@ def test_verify_mode_times_the_rest_of_the_list_after_a_long_default(shipped, de
     of all three heuristic modes, by the model's rank, up to ``VERIFY_LIST_MAX`` in all, the default timed first
     again; its fastest is kept. A short one: the shortlist only."""
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
-    listed = [c for c in shipped.choose(problem, top_k=200) if c.candidate_id != "pytorch:default"][:14]
+    listed = [c for c in shipped.choose(problem, top_k=200) if c.candidate_id != "pytorch:default"][:15]
+    compiled = listed.pop(5)  # a config whose build compiles its kernel: never in the rest
+    listed.insert(5, dataclasses.replace(compiled, notes="runtime_compilation,supports_cuda_graph_native_api"))
     asked = []
 
     def live_choices(p, k, modes=None):
@@ -1263,11 +1267,12 @@ def test_verify_mode_times_the_rest_of_the_list_after_a_long_default(shipped, de
 
     ids = [c.candidate_id for c in listed]
     late = ids[6]  # outside the shortlist: the fastest
-    timed = []
+    timed, deadlines = [], []
 
     class Timer:
-        def measure_candidates(self, problem, pairs, source):
+        def measure_candidates(self, problem, pairs, source, deadline_s=None):
             timed.append([c.candidate_id for _, c in pairs])
+            deadlines.append(deadline_s)
             t = {"pytorch:default": default_ms, late: 0.5 * default_ms}
             return [{"candidate_id": c.candidate_id, "status": "ok", "host_overhead_us": 5.0,
                      "time_ms_median": t.get(c.candidate_id, 2.0 * default_ms)} for _, c in pairs]  # fmt: skip
@@ -1275,12 +1280,17 @@ def test_verify_mode_times_the_rest_of_the_list_after_a_long_default(shipped, de
     ex = hook.Executor(selector=DefaultTakes(shipped, 1e3 * default_ms, 1e3 * default_ms), live=True, verify=3,
                        cache=False)  # fmt: skip
     ex._live_ok, ex._live_choices, ex._verifier = (lambda: True), live_choices, Timer
+    t0 = time.perf_counter()
     d = ex._measure(problem)
     assert timed[0] == ["pytorch:default", *ids[:3]]
     if default_ms >= executor_mod.VERIFY_WHOLE_LIST_MS:
         assert asked == [executor_mod.VERIFY_LIVE_MODES, ("a", "b", "fallback")]
-        assert timed[1] == ["pytorch:default", *ids[3 : executor_mod.VERIFY_LIST_MAX]]  # 10 in all
+        rest = [c for c in ids[3:] if c != compiled.candidate_id][: executor_mod.VERIFY_LIST_MAX - 3]  # 10 in all
+        assert timed[1] == ["pytorch:default", *rest]
         assert d.candidate_id == late and d.times_ms[late] == 0.5 * default_ms
+        # the shortlist unbounded, the rest started within VERIFY_REST_BUDGET_S
+        budget_s = executor_mod.VERIFY_REST_BUDGET_S
+        assert deadlines[0] is None and t0 + budget_s <= deadlines[1] <= time.perf_counter() + budget_s
     else:
         assert asked == [executor_mod.VERIFY_LIVE_MODES] and len(timed) == 1
         assert d.candidate_id == "pytorch:default"

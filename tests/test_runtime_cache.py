@@ -135,7 +135,7 @@ def test_predict_measure_times_pytorchs_default_first_and_sorts_by_measured_time
     seen = []
 
     class Verifier:
-        def measure_candidates(self, problem, pairs, source):
+        def measure_candidates(self, problem, pairs, source, deadline_s=None):
             seen.extend(c.candidate_id for _, c in pairs)
             rows = []
             for i, cid in enumerate(seen):  # the default 0.4 ms, the next one fails, the others 0.1 ms a place

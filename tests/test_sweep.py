@@ -491,3 +491,15 @@ def test_the_timers_repeat_rule_spends_little_on_candidates_slower_than_the_best
     assert planned_repeats(1.0, 0.5, **rule) == 10  # 2x the best so far: timed as usual
     assert planned_repeats(3.0, 0.5, **rule) == 3  # beyond slow_factor: 3 repeats
     assert planned_repeats(11.0, 0.5, **rule) == 0  # beyond single_factor: its warm-up run only
+
+
+def test_a_deadline_stops_starting_candidates_after_the_first() -> None:
+    import time
+
+    sweeper = Sweeper([], FakeTimer(lambda label: TIMES[label]), ENV, device="cpu", reference="first")
+    fake, default = FakeSpace(), PyTorchDefaultSpace()
+    pairs = [(default, default.candidate("default", FC.direction)), (fake, Candidate("fake", "good"))]
+    past = sweeper.measure_candidates(FC, pairs, deadline_s=time.perf_counter() - 1.0)
+    assert [r["candidate_id"] for r in past] == ["pytorch:default"]  # the reference is always measured
+    later = sweeper.measure_candidates(FC, pairs, deadline_s=time.perf_counter() + 60.0)
+    assert [r["candidate_id"] for r in later] == ["pytorch:default", "fake:good"]

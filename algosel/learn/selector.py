@@ -77,6 +77,9 @@ class Choice:
     extrapolation: str = ""
     #: The time model's predicted device time of the candidate on this problem; ``None`` for a model without one.
     predicted_time_ms: float | None = None
+    #: cuDNN's behaviour notes of an engine config, comma-separated (e.g. ``runtime_compilation``: its plan build
+    #: compiles its kernel); empty otherwise or where the list did not record them.
+    notes: str = ""
 
 
 #: A problem size (a field, or the FLOPs) more than this factor beyond the smallest or largest recorded one lies
@@ -350,6 +353,7 @@ class Selector:
                 extrapolated=bool(why),
                 extrapolation=why,
                 predicted_time_ms=t,
+                notes=str(rows[i].get("notes") or ""),
             )
             for i, t in zip(order, times)
         ]

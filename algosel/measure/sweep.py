@@ -139,11 +139,24 @@ class Sweeper:
         return self._measure(problem, source, listed())
 
     def measure_candidates(
-        self, problem: ConvProblem, candidates: Sequence[tuple[CandidateSpace, Candidate]], source: str = "runtime"
+        self,
+        problem: ConvProblem,
+        candidates: Sequence[tuple[CandidateSpace, Candidate]],
+        source: str = "runtime",
+        deadline_s: float | None = None,
     ) -> list[dict[str, Any]]:
         """Records of the given candidates on one problem, checked and timed as in a sweep (the runtime's measured
-        shortlist). A cuDNN candidate that was not enumerated here is built by name."""
-        return self._measure(problem, source, ((space, cand, None) for space, cand in candidates))
+        shortlist). A cuDNN candidate that was not enumerated here is built by name. ``deadline_s`` (a
+        ``time.perf_counter()`` value): no candidate after the first is started past it (those left have no
+        record)."""
+
+        def listed():
+            for i, (space, cand) in enumerate(candidates):
+                if i and deadline_s is not None and time.perf_counter() > deadline_s:
+                    return
+                yield space, cand, None
+
+        return self._measure(problem, source, listed())
 
     def _measure(self, problem: ConvProblem, source: str, listed) -> list[dict[str, Any]]:
         env = self.environment["env_id"]

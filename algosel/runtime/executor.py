@@ -139,6 +139,14 @@ VERIFY_MAX_PREDICTED_RATIO_FAR = 3.0
 #: (``Executor.rest_of_list_to_time``), and the most candidates it times on one problem then.
 VERIFY_WHOLE_LIST_MS = 0.25
 VERIFY_LIST_MAX = 10
+#: Wall time after which no more of that rest is started, on one problem: the rest explores what the model ranks
+#: low, and autocast's lists hold configs whose builds take far longer than their timing (ConvNeXt-T autocast,
+#: b64, H200: its cold first pass took 4.0 s, 0.71 of benchmark mode's tuning, with the rest unbounded; float32
+#: 1.9 s, 0.22).
+VERIFY_REST_BUDGET_S = 0.1
+#: cuDNN's behaviour note of an engine config whose plan build compiles its kernel (NVRTC): verify mode leaves such
+#: configs out of the rest of the list (a shortlist may still hold one the model ranks first).
+RUNTIME_COMPILED_NOTE = "runtime_compilation"
 #: The heuristic modes whose lists that rest comes from: all three, as the model was trained on them (it scores
 #: engine configs of mode A's or B's top 8 only: a config of FALLBACK's list alone is never ranked).
 VERIFY_WHOLE_LIST_MODES = ("a", "b", "fallback")
@@ -889,7 +897,8 @@ class Executor:
         times, host_us = self._time_candidates(problem, ids)
         rest = self.rest_of_list_to_time(problem, ids, times.get("pytorch:default"))
         if rest:  # a long call: the rest of the list, PyTorch's default first again as the reference
-            more_times, more_host_us = self._time_candidates(problem, rest)
+            deadline_s = time.perf_counter() + VERIFY_REST_BUDGET_S
+            more_times, more_host_us = self._time_candidates(problem, rest, deadline_s)
             times.update({c: t for c, t in more_times.items() if c != "pytorch:default"})
             host_us.update({c: h for c, h in more_host_us.items() if c != "pytorch:default"})
         self.measured_problems += 1
@@ -898,15 +907,20 @@ class Executor:
         return self._judge(problem, fastest(times, host_us), times, default_ms, "measured", MIN_MEASURED_RATIO,
                            host_us)  # fmt: skip
 
-    def _time_candidates(self, problem: ConvProblem, ids: list[str]) -> tuple[dict[str, float], dict[str, float]]:
+    def _time_candidates(self, problem: ConvProblem, ids: list[str], deadline_s: float | None = None
+                         ) -> tuple[dict[str, float], dict[str, float]]:  # fmt: skip
         """Median device time (ms) and host time per call (us) of PyTorch's default and ``ids`` on ``problem``, as
-        the verifier measured them (candidates that failed are left out)."""
+        the verifier measured them (candidates that failed, or not started by ``deadline_s``, are left out)."""
         pairs = []
         for cid in ["pytorch:default", *ids]:
             space_name, name = split_candidate_id(cid)
             space = get_space(space_name)
             pairs.append((space, space.candidate(name, problem.direction)))
-        rows = self._verifier().measure_candidates(problem, pairs, source="runtime")
+        verifier = self._verifier()
+        if deadline_s is None:
+            rows = verifier.measure_candidates(problem, pairs, source="runtime")
+        else:
+            rows = verifier.measure_candidates(problem, pairs, source="runtime", deadline_s=deadline_s)
         times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows if r["status"] == "ok"}
         host_us = {r["candidate_id"]: float(r["host_overhead_us"]) for r in rows
                    if r["status"] == "ok" and _finite(r.get("host_overhead_us"))}  # fmt: skip
@@ -915,7 +929,9 @@ class Executor:
     def rest_of_list_to_time(self, problem: ConvProblem, timed: list[str], default_ms: float | None) -> list[str]:
         """What verify mode times on ``problem`` after its shortlist ``timed``, where PyTorch's default measured
         ``default_ms`` a call: nothing under ``VERIFY_WHOLE_LIST_MS``; else the rest of the list the shortlist came
-        from, by the model's rank, pruned as the shortlist is, up to ``VERIFY_LIST_MAX`` candidates in all.
+        from, by the model's rank, pruned as the shortlist is, up to ``VERIFY_LIST_MAX`` candidates in all, none
+        compiled at build time (``RUNTIME_COMPILED_NOTE``: its plan build compiles a kernel), and timed for at most
+        ``VERIFY_REST_BUDGET_S`` (no candidate is started after it).
 
         A long call is where the model's ranking misses most and what it misses costs most: ConvNeXt-T's float32
         depthwise 7x7 weight gradients (NHWC, 0.7-2.3 ms a call by PyTorch's default; no records of their kind)
@@ -927,7 +943,8 @@ class Executor:
             return []
         use_live = self._live_ok()
         choices = self._choices(problem, use_live, VERIFY_LIST_MAX + 1, VERIFY_WHOLE_LIST_MODES)
-        ids = [c.candidate_id for c in choices if c.candidate_id != "pytorch:default"][:VERIFY_LIST_MAX]
+        ids = [c.candidate_id for c in choices if c.candidate_id != "pytorch:default"
+               and RUNTIME_COMPILED_NOTE not in c.notes.split(",")][:VERIFY_LIST_MAX]  # fmt: skip
         rest = [c for c in ids if c not in timed]
         predicted = self._predicted_times()
         if rest and predicted is not None:
