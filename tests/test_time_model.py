@@ -212,3 +212,21 @@ def test_predicted_times_of_a_list_the_runtime_ranked(slice_model, slice_records
     assert off and sel.predicted_time_ms(p, off[:1])[off[0]] > 0
     with pytest.raises(ValueError, match="is not a candidate"):
         sel.predicted_time_ms(p, ["cudnn:nowhere"])
+
+
+def test_predicted_times_follow_the_list_ranked_last(slice_model):
+    """Ranking a second list of the same problem (verify mode's three lists after its shortlist's two) forgets the
+    times predicted from the first: they came from other list-context features, and the first list's ids are no
+    longer the problem's."""
+    sel = Selector.load(slice_model[0])
+    p = ConvProblem(n=24, c=40, k=88, h=28, w=28, r=3, s=3, pad_h=1, pad_w=1, dtype="float16")
+    nearest, _ = sel.candidates_for(p, live=False)
+    first = [dict(r, candidate_id=r["candidate_id"] + "_a") if r["space"] == "cudnn" else dict(r) for r in nearest]
+    second = [dict(r, candidate_id=r["candidate_id"] + "_b") if r["space"] == "cudnn" else dict(r) for r in nearest]
+    top_first = sel.rank_rows(p, first)[0].candidate_id
+    assert top_first.endswith("_a") and sel.predicted_time_ms(p, [top_first])[top_first] > 0
+    ranked = sel.rank_rows(p, second)
+    with pytest.raises(ValueError, match="is not a candidate"):
+        sel.predicted_time_ms(p, [top_first])
+    top = ranked[0].candidate_id
+    assert sel.predicted_time_ms(p, [top])[top] == pytest.approx(ranked[0].predicted_time_ms)
