@@ -928,17 +928,19 @@ class Executor:
 
     def rest_of_list_to_time(self, problem: ConvProblem, timed: list[str], default_ms: float | None) -> list[str]:
         """What verify mode times on ``problem`` after its shortlist ``timed``, where PyTorch's default measured
-        ``default_ms`` a call: nothing under ``VERIFY_WHOLE_LIST_MS``; else the rest of the list the shortlist came
-        from, by the model's rank, pruned as the shortlist is, up to ``VERIFY_LIST_MAX`` candidates in all, none
-        compiled at build time (``RUNTIME_COMPILED_NOTE``: its plan build compiles a kernel), and timed for at most
-        ``VERIFY_REST_BUDGET_S`` (no candidate is started after it).
+        ``default_ms`` a call: nothing under ``VERIFY_WHOLE_LIST_MS``; else the model's ranking of the lists of all
+        three heuristic modes (``VERIFY_WHOLE_LIST_MODES``; the nearest recorded list where cuDNN cannot be asked)
+        without the candidates timed, pruned as the shortlist is, up to ``VERIFY_LIST_MAX`` candidates in all, none
+        compiled at build time (``RUNTIME_COMPILED_NOTE``: its plan build compiles a kernel); ``_measure`` starts
+        none of them after ``VERIFY_REST_BUDGET_S``.
 
         A long call is where the model's ranking misses most and what it misses costs most: ConvNeXt-T's float32
-        depthwise 7x7 weight gradients (NHWC, 0.7-2.3 ms a call by PyTorch's default; no records of their kind)
-        have their fastest configs at ranks 3-5 of modes A's and FALLBACK's lists, where the model's top 3 holds
-        none faster than the default (H200, 2026-12-03). There the timing costs little beside the call itself, and
-        a few such calls carry much of a step. PyTorch's benchmark mode times up to 10 configs of the same two
-        lists (``torch.backends.cudnn.benchmark_limit``) on every problem."""
+        depthwise 7x7 weight gradients (NHWC, 0.74-2.3 ms a call by PyTorch's default; no records of their kind)
+        have their fastest configs at ranks 2-4 of modes B's and FALLBACK's lists and in none of mode A's, where
+        the shortlist (mode A's and FALLBACK's, ranked by a model that scores configs of mode A's or B's top 8
+        only) held none faster than the default (H200, 2026-12-03, ``data/sweeps/h200-zoo-nhwc``). There the
+        timing costs little beside the call itself, and a few such calls carry much of a step. PyTorch's benchmark
+        mode times up to 10 configs on every problem (``torch.backends.cudnn.benchmark_limit``)."""
         if default_ms is None or default_ms < VERIFY_WHOLE_LIST_MS:
             return []
         use_live = self._live_ok()
