@@ -207,12 +207,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("sweeps", nargs="+", help="record folders (algosel sweep --out)")
     ap.add_argument("--model", help="model directory (default: the shipped one)")
     ap.add_argument("--layers", action="append", default=[], help="a layers file: the same per network")
+    every = ("let the model score every listed config (its manifest's shortlist_rank off), FALLBACK's alone too; "
+             "by default it scores configs of mode A's or B's top shortlist_rank only")  # fmt: skip
+    ap.add_argument("--score-every-listed", action="store_true", help=every)
     args = ap.parse_args(argv)
     from algosel.learn.models import load_default
     from algosel.learn.selector import Selector
     from algosel.runtime.executor import NEAR_RECORDS_DISTANCE
 
     sel = Selector.load(args.model) if args.model else load_default()
+    if args.score_every_listed:
+        sel.manifest["shortlist_rank"] = None  # on_shortlist: every candidate scored
     lists = {p: rows for p, rows in swept_problems(args.sweeps).items() if not sel.is_recorded(p)}
     far = sum(sel.records_distance(p) > NEAR_RECORDS_DISTANCE for p in lists)
     print(f"{len(lists)} problems the records lack ({far} far from them)")

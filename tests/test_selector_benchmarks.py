@@ -299,6 +299,21 @@ def test_verify_far_scores_each_rule_on_a_swept_network_the_records_lack():
     assert now[1][2] < before[1][2]  # RegNetY: its grouped convolutions' gains are found
 
 
+def test_verify_far_can_let_the_model_score_every_listed_config():
+    """``--score-every-listed``: configs only FALLBACK lists (ConvNeXt-T's NHWC sweep holds some) are ranked too, so
+    the shortlists, and the candidates built, differ from the model's own rule."""
+
+    def built(*extra):
+        cmd = [sys.executable, str(REPO / "benchmarks" / "verify_far.py"),
+               str(REPO / "data" / "sweeps" / "h200-zoo-nhwc"), *extra]  # fmt: skip
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        assert res.returncode == 0, res.stderr[-2000:]
+        line = next(x for x in res.stdout.splitlines() if x.strip().startswith("executor  "))
+        return int(line.split("built")[1].split()[0])
+
+    assert built("--score-every-listed") != built()
+
+
 def test_verify_fars_timing_cost_follows_verify_modes_timer(monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     import verify_far
