@@ -139,10 +139,9 @@ VERIFY_MAX_PREDICTED_RATIO_FAR = 3.0
 #: (``Executor.rest_of_list_to_time``), and the most candidates it times on one problem then.
 VERIFY_WHOLE_LIST_MS = 0.25
 VERIFY_LIST_MAX = 10
-#: Wall time after which no more of that rest is started, on one problem: the rest explores what the model ranks
-#: low, and autocast's lists hold configs whose builds take far longer than their timing (ConvNeXt-T autocast,
-#: b64, H200: its cold first pass took 4.0 s, 0.71 of benchmark mode's tuning, with the rest unbounded; float32
-#: 1.9 s, 0.22).
+#: Wall time after which no more of that rest is started, on one problem: a bound on what exploring the configs the
+#: model ranks low can add to a first pass. (ConvNeXt-T autocast b64's cold first pass, 0.71-0.80 of benchmark
+#: mode's tuning on the H200, was not from the rest: 4.00 s without this bound, 3.93 s with it.)
 VERIFY_REST_BUDGET_S = 0.1
 #: cuDNN's behaviour note of an engine config whose plan build compiles its kernel (NVRTC): verify mode leaves such
 #: configs out of the rest of the list (a shortlist may still hold one the model ranks first).
@@ -153,9 +152,9 @@ VERIFY_WHOLE_LIST_MODES = ("a", "b", "fallback")
 #: Verify mode's timer (``CudaEventTimer``'s settings): a small budget, as a few repeats behind a blocked stream rank
 #: a shortlist. A candidate whose warm-up run takes more than ``single_factor`` times the best time so far (PyTorch's
 #: default's, timed first) keeps that run as its only time: it cannot be the one kept, which must be 3% faster than
-#: the default (``MIN_MEASURED_RATIO``), and timing slow candidates is what costs a first pass most where the
-#: shortlist is not pruned (ConvNeXt-T's float32 depthwise weight gradients: 4-12 ms a run for configs of cuDNN's
-#: lists, against the default's 0.7-2.3 ms).
+#: the default (``MIN_MEASURED_RATIO``), and its repeats would be spent on a rank already clear (ConvNeXt-T's
+#: float32 depthwise weight gradients: 4-12 ms a run for configs of cuDNN's lists, against the default's
+#: 0.7-2.3 ms). With ``slow_factor`` equal to it, the timer's 3-repeat tier does not apply here.
 VERIFY_TIMER = {"budget_ms": 1.0, "min_repeats": 3, "max_repeats": 5, "slow_factor": 1.25, "single_factor": 1.25}
 #: The heuristic modes whose lists verify mode ranks (``Executor.shortlist_to_time``). Mode B's
 #: list costs several times A's and FALLBACK's together: on the H200 (2026-12-03, 9 problems of the zoo) a query of
@@ -163,10 +162,10 @@ VERIFY_TIMER = {"budget_ms": 1.0, "min_repeats": 3, "max_repeats": 5, "slow_fact
 #: zoo's ConvNeXt-T float32 spent 2.1 s timing 15 problems with the three lists, 0.255 of benchmark mode's
 #: tuning. The model scores engine configs of mode A's or B's top 8 only, so FALLBACK's list adds list context but
 #: no candidate of its own: on the 834 unrecorded swept problems of ``benchmarks/verify_far.py`` (a live query's
-#: ranks: those of the lists not asked cleared) A alone and A+FALLBACK find the same 0.909 of the default's total
-#: time, all three 0.897, for a query of B on every problem timed. Verify mode asks for all three only on long calls
-#: (``VERIFY_WHOLE_LIST_MS``), which find 0.905 of it that way. (An earlier count, 0.955 for A+FALLBACK against 0.953
-#: for the three, let the sweep's mode-B ranks through to the model.)
+#: ranks: those of the lists not asked cleared; at ``9df0c98``) A alone and A+FALLBACK find the same 0.905 of the
+#: default's total time, with all three asked only on long calls (``VERIFY_WHOLE_LIST_MS``); all three on every
+#: shortlist find 0.894, for a query of B on every problem timed. (An earlier count, 0.955 for A+FALLBACK against
+#: 0.953 for the three, let the sweep's mode-B ranks through to the model.)
 VERIFY_LIVE_MODES = ("a", "fallback")
 #: Candidates of the model's shortlist whose predicted times are compared, on a problem the records lack.
 PREDICT_TOP_K = 3
@@ -916,11 +915,7 @@ class Executor:
             space_name, name = split_candidate_id(cid)
             space = get_space(space_name)
             pairs.append((space, space.candidate(name, problem.direction)))
-        verifier = self._verifier()
-        if deadline_s is None:
-            rows = verifier.measure_candidates(problem, pairs, source="runtime")
-        else:
-            rows = verifier.measure_candidates(problem, pairs, source="runtime", deadline_s=deadline_s)
+        rows = self._verifier().measure_candidates(problem, pairs, source="runtime", deadline_s=deadline_s)
         times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows if r["status"] == "ok"}
         host_us = {r["candidate_id"]: float(r["host_overhead_us"]) for r in rows
                    if r["status"] == "ok" and _finite(r.get("host_overhead_us"))}  # fmt: skip
@@ -951,8 +946,7 @@ class Executor:
         predicted = self._predicted_times()
         if rest and predicted is not None:
             times = predicted(problem, [*rest, "pytorch:default"])
-            ratio = VERIFY_MAX_PREDICTED_RATIO_FAR if self.far_from_records(problem) else VERIFY_MAX_PREDICTED_RATIO
-            limit_ms = ratio * times.get("pytorch:default", math.inf)
+            limit_ms = self._max_predicted_ratio(problem) * times.get("pytorch:default", math.inf)
             rest = [c for c in rest if not _finite(times.get(c)) or times[c] <= limit_ms]
         return rest[: max(VERIFY_LIST_MAX - len(timed), 0)]
 
@@ -995,9 +989,13 @@ class Executor:
             if gain_filter and not worth_a_closer_look(times, self.min_gain_us):
                 return [], PREDICTED_GAIN_TOO_SMALL
             if prune:
-                ids = pruned_shortlist(ids, times, VERIFY_MAX_PREDICTED_RATIO_FAR if self.far_from_records(problem)
-                                       else VERIFY_MAX_PREDICTED_RATIO)  # fmt: skip
+                ids = pruned_shortlist(ids, times, self._max_predicted_ratio(problem))
         return ids, ""
+
+    def _max_predicted_ratio(self, problem: ConvProblem) -> float:
+        """How much slower than PyTorch's default the model may predict a candidate of ``problem`` for verify mode
+        to time it: more where the problem lies far from the records."""
+        return VERIFY_MAX_PREDICTED_RATIO_FAR if self.far_from_records(problem) else VERIFY_MAX_PREDICTED_RATIO
 
     def _predicted_times(self):
         """The model's predicted-times function (``Selector.predicted_time_ms``), or None: a model without a time
