@@ -328,15 +328,25 @@ def test_thread_cpu_places_cpu_time_on_the_thread_that_spent_it(monkeypatch):
         while time.perf_counter() < end:
             pass
 
+    spun, release = threading.Event(), threading.Event()
+
+    def work():
+        spin(0.05)
+        spun.set()
+        release.wait(10)  # alive (and listed) until the main thread has read the clocks
+
     before = zoo.thread_cpu_ns()
     assert "main" in before
     spin(0.05)
-    worker = threading.Thread(target=spin, args=(0.1,))
+    worker = threading.Thread(target=work)
     worker.start()
-    mid = zoo.thread_cpu_ns()  # while the worker spins: it is listed under its name, apart from the main thread
+    assert spun.wait(10)
+    mid = zoo.thread_cpu_ns()  # after the worker spun, while it lives: listed under its name, apart from main
+    release.set()
     worker.join()
     assert mid["main"] - before["main"] >= 40e6
-    assert sum(v for k, v in mid.items() if k != "main") > sum(v for k, v in before.items() if k != "main")
+    # the worker's 50 ms of spinning, under a name of its own (per name: a pool thread ending meanwhile cannot hide it)
+    assert max(v - before.get(k, 0) for k, v in mid.items() if k != "main") >= 40e6
     slots = {
         "default": [{"main": 1.0, "w": 0.5}, {"main": 2.0, "w": 0.5}, {"main": 1.0}],
         "predict": [{"main": 1.2, "w": 0.5}, {"main": 2.1, "w": 0.6}, {"main": 1.3, "w": 0.1}],
