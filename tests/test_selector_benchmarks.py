@@ -334,3 +334,45 @@ def test_verify_vs_sweep_compares_verify_modes_timing_with_the_sweeps():
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.startswith("248 pairs; |log(verify / sweep)| median 0.0096, p90 0.0424; within 3%: 0.823")
+
+
+def test_rank_vs_time_scores_every_picker_out_of_fold_on_the_same_problems(tmp_path):
+    out = tmp_path / "rank_vs_time.json"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "rank_vs_time.py"), "--data", str(SLICE), "--folds", "2",
+           "--out", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    pickers = json.loads(out.read_text())["pickers"]
+    assert set(pickers) == {"ranker", "time", "time_in_top3", "blend_0.5", "blend_1", "blend_2"}
+    problems = {r["problems"] for r in pickers.values()}
+    assert len(problems) == 1 and problems.pop() > 100  # every picker on the training shapes' problems
+    for name, r in pickers.items():
+        assert r["geomean"] >= 1 and r["total_time_ratio"] >= 1 and 0 <= r["within_5pct"] <= 1, name
+        assert f"{name} " in res.stdout
+
+
+def test_rank_vs_time_standardises_per_problem_and_keeps_the_rankers_top_three(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import rank_vs_time
+
+    keys = np.array(["a", "a", "a", "b", "b"])
+    z = rank_vs_time._per_problem_z(keys, np.array([1.0, 2.0, 3.0, 5.0, 5.0]))
+    assert z == pytest.approx([-1.0, 0.0, 1.0, 0.0, 0.0])  # sample std of 1, 2, 3 is 1; b's values are equal
+    keys = np.array(["a"] * 5)
+    scores = np.array([0.1, 0.9, 0.5, 0.7, 0.8])
+    shortlist = np.array([True, True, True, True, False])  # the best-scored row is off the shortlist
+    assert rank_vs_time._top3_mask(keys, scores, shortlist).tolist() == [False, True, True, True, False]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--folds", "1"], "rank_vs_time.py: --folds must be at least 2, got 1"),
+        (["--data", "no/such/dir"], "rank_vs_time.py: --data no/such/dir does not exist"),
+        (["--params-from", "data"], "rank_vs_time.py: --params-from data holds no model (no manifest.json)"),
+    ],
+)
+def test_rank_vs_time_says_in_one_line_what_it_cannot_use(args, message):
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "rank_vs_time.py"), *args], cwd=REPO,
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert res.returncode == 2 and res.stderr.strip() == message, res.stderr
