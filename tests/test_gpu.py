@@ -306,3 +306,59 @@ def test_analyze_log_measures_problems_the_records_lack(capsys):
     assert main(["analyze-log", str(log), "--measure"]) == 0
     out = capsys.readouterr().out
     assert "6 convolution calls" in out and "6 calls priced from records" in out
+
+
+def _backward_thread() -> int:
+    """The thread that computes a CUDA tensor's backward in a plain training step."""
+    import threading
+
+    seen = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen.append(threading.get_ident())
+            return grad
+
+    x = torch.ones(4, device="cuda", requires_grad=True)
+    Probe.apply(x).sum().backward()
+    return seen[0]
+
+
+def test_on_autograd_thread_runs_where_a_networks_backward_runs():
+    import threading
+
+    from algosel.runtime.autograd_thread import on_autograd_thread
+
+    backward = _backward_thread()
+    assert backward != threading.get_ident()  # autograd's device thread, not this one
+    assert on_autograd_thread(threading.get_ident, torch.device("cuda")) == backward
+
+
+def test_verify_mode_times_gradients_on_the_backwards_thread(tmp_path):
+    """PyTorch's cuDNN plans are per thread: its default's timing of a gradient must build the plans the network's
+    backward then uses (algosel.runtime.autograd_thread)."""
+    import threading
+
+    from algosel.runtime.executor import Executor
+
+    ex = Executor(verify=3, cache=tmp_path)
+    ex._device = torch.device("cuda")
+    verifier = ex._verifier()
+    measure, seen = verifier.measure_candidates, {}
+
+    def recording(problem, *args, **kwargs):
+        seen[problem.direction] = threading.get_ident()
+        return measure(problem, *args, **kwargs)
+
+    verifier.measure_candidates = recording
+    problem = ConvProblem(n=8, c=64, k=64, h=28, w=28, r=3, s=3, pad_h=1, pad_w=1)
+    for p in problem.directions():
+        times, _ = ex._time_candidates(p, [])
+        assert times["pytorch:default"] > 0
+    backward = _backward_thread()
+    assert seen == {"fwd": threading.get_ident(), "bwd_data": backward, "bwd_filter": backward}

@@ -503,3 +503,74 @@ def test_a_deadline_stops_starting_candidates_after_the_first() -> None:
     assert [r["candidate_id"] for r in past] == ["pytorch:default"]  # the reference is always measured
     later = sweeper.measure_candidates(FC, pairs, deadline_s=time.perf_counter() + 60.0)
     assert [r["candidate_id"] for r in later] == ["pytorch:default", "fake:good"]
+
+
+class _SlowBuilds(CandidateSpace):
+    """Correct candidates whose preparation advances a fake clock by the build seconds their name gives
+    (``eng3_a=0.2``: engine 3, 0.2 s); the timer gives each the time in ``TIMES_MS``."""
+
+    name = "slow"
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock = clock
+        self.prepared: list[str] = []
+
+    def candidate(self, name: str, direction: str) -> Candidate:
+        return Candidate(self.name, name, engine_id=int(name.split("_", maxsplit=1)[0].removeprefix("eng")))
+
+    def enumerate(self, problem):
+        raise AssertionError("named candidates only")
+
+    def prepare(self, problem, candidate):
+        self.prepared.append(candidate.name)
+        self.clock[0] += float(candidate.name.split("=")[1])
+
+        class _Run(PreparedCandidate):
+            workspace_bytes = 0
+
+            def run(self, ops):
+                return pytorch_conv(problem, ops)
+
+        return _Run()
+
+
+def _slow_sweeper(monkeypatch, times_ms: dict[str, float]) -> tuple[Sweeper, _SlowBuilds]:
+    import algosel.measure.sweep as sweep_mod
+
+    clock = [0.0]
+    monkeypatch.setattr(sweep_mod, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    timer = FakeTimer(lambda label: times_ms[label])
+    return Sweeper([], timer, ENV, device="cpu", reference="first", slow_build_s=0.05), _SlowBuilds(clock)
+
+
+def test_an_engine_that_builds_slowly_and_loses_is_not_built_again(monkeypatch) -> None:
+    times = {"pytorch:default": 1.0, "slow:eng3_a=0.2": 2.0, "slow:eng3_b=0.01": 0.5, "slow:eng4_a=0.01": 0.9}
+    sweeper, space = _slow_sweeper(monkeypatch, times)
+    default = PyTorchDefaultSpace()
+    pairs = [(default, default.candidate("default", FC.direction))]
+    pairs += [(space, space.candidate(n, FC.direction)) for n in ("eng3_a=0.2", "eng3_b=0.01", "eng4_a=0.01")]
+    rows = sweeper.measure_candidates(FC, pairs)
+    # engine 3's second knob set is left out at once, on this problem and the next; engine 4 is built as usual
+    assert [r["candidate_id"] for r in rows] == ["pytorch:default", "slow:eng3_a=0.2", "slow:eng4_a=0.01"]
+    assert sweeper.slow_engines == {("slow", "fwd", 3)} and sweeper.skipped_slow_builds == 1
+    again = sweeper.measure_candidates(FC, pairs)
+    assert [r["candidate_id"] for r in again] == ["pytorch:default", "slow:eng4_a=0.01"]
+    assert space.prepared == ["eng3_a=0.2", "eng4_a=0.01", "eng4_a=0.01"]
+
+
+def test_a_slow_build_that_is_the_fastest_keeps_its_engine(monkeypatch) -> None:
+    times = {"pytorch:default": 1.0, "slow:eng3_a=0.2": 0.5}
+    sweeper, space = _slow_sweeper(monkeypatch, times)
+    default = PyTorchDefaultSpace()
+    pairs = [(default, default.candidate("default", FC.direction)), (space, space.candidate("eng3_a=0.2", "fwd"))]
+    assert [r["status"] for r in sweeper.measure_candidates(FC, pairs)] == ["ok", "ok"]
+    assert sweeper.slow_engines == set()
+    assert len(sweeper.measure_candidates(FC, pairs)) == 2 and space.prepared == ["eng3_a=0.2"] * 2
+
+
+def test_sweeps_measure_every_candidate_however_slow_its_build(monkeypatch) -> None:
+    times = {"pytorch:default": 1.0, "slow:eng3_a=0.2": 2.0, "slow:eng3_b=0.2": 2.0}
+    sweeper, space = _slow_sweeper(monkeypatch, times)
+    sweeper.slow_build_s = None  # a sweep's setting
+    pairs = [(space, space.candidate(n, FC.direction)) for n in ("eng3_a=0.2", "eng3_b=0.2")]
+    assert len(sweeper.measure_candidates(FC, pairs)) == 2 and sweeper.slow_engines == set()

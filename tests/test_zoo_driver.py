@@ -502,3 +502,18 @@ def test_kernel_table_names_a_bad_mode_in_one_line():
     cmd = [sys.executable, str(REPO / "benchmarks" / "kernel_table.py"), "resnet50", "float32", "tuned", "x.json"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert res.returncode == 2 and "MODE one of default, benchmark, verify" in res.stderr.splitlines()[-1]
+
+
+def test_plan_threads_prints_each_gradient_on_every_thread(tmp_path):
+    """benchmarks/plan_threads.py on the CPU: a row per distinct convolution and direction, and the totals."""
+    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1"}
+    cmd = [sys.executable, str(REPO / "benchmarks" / "plan_threads.py"), "--net", "mynet", "--dtype", "float32",
+           "--device", "cpu", "--layers", "2"]  # fmt: skip
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "mynet float32: 2 convolutions; wall ms per call, synchronized" in res.stdout
+    rows = [line for line in res.stdout.splitlines() if line.startswith("x[")]
+    assert len(rows) == 4 and {r.split()[-6] for r in rows} == {"bwd_data", "bwd_filter"}, res.stdout
+    totals = re.search(r"totals \(ms\): autograd ([\d.]+), on_autograd ([\d.]+), main 1st ([\d.]+), main 2nd "
+                       r"([\d.]+), new thread ([\d.]+)", res.stdout)  # fmt: skip
+    assert totals and all(float(v) > 0 for v in totals.groups()), res.stdout

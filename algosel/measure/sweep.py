@@ -90,6 +90,12 @@ class Sweeper:
         ``"problem"``: PyTorch's TF32 switches set for the problem's dtype (:func:`~algosel.operands.math_mode`);
         ``"caller"``: left as the caller has them (the runtime times candidates under the switches its calls
         run with: PyTorch's plan cache is keyed by them, so its default runs on the plan the process already has).
+    slow_build_s : float or None
+        The runtime's limit on building: an engine (of a space, in one direction) whose candidate took longer than
+        this to prepare, and was not the fastest on its problem, is not prepared again by this sweeper (its other
+        knobs on this problem and later ones are left out, without a record). A plan whose build compiles a kernel
+        takes 0.1-1 s, a hundred times another's, and is paid once per problem and process; sweeps keep ``None``
+        (every candidate measured).
     """
 
     def __init__(
@@ -103,6 +109,7 @@ class Sweeper:
         seed: int = 0,
         reference: str = "exact",
         math: str = "problem",
+        slow_build_s: float | None = None,
     ):
         if reference not in ("exact", "first"):
             raise ValueError(f"reference must be 'exact' or 'first', got {reference!r}")
@@ -117,6 +124,12 @@ class Sweeper:
         self.operand_sets = operand_sets
         self.workspace_limit_bytes = workspace_limit_bytes
         self.seed = seed
+        self.slow_build_s = slow_build_s
+        #: (space, direction, engine id) of the engines whose plan took longer than ``slow_build_s`` to build and
+        #: was not the fastest of its problem: not built again by this sweeper.
+        self.slow_engines: set[tuple[str, str, int]] = set()
+        #: Candidates left out because their engine is in ``slow_engines``.
+        self.skipped_slow_builds = 0
 
     def _sync(self) -> None:
         if self.device.startswith("cuda"):
@@ -166,29 +179,47 @@ class Sweeper:
             opsets = [make_operands(problem, self.device, generator) for _ in range(self.operand_sets)]
             ref = reference(problem, opsets[0]) if self.reference == "exact" else None
             best_ms: float | None = None
+            slow: list[tuple[tuple[str, str, int], dict[str, Any]]] = []  # built slowly here, with their rows
             for space, cand, error in listed:
                 if error is not None:
                     rows.append(_row(problem, source, cand, env, status=error.status, reason=error.reason))
                     continue
+                engine = (cand.space, problem.direction, cand.engine_id)
+                if cand.engine_id >= 0 and engine in self.slow_engines:
+                    self.skipped_slow_builds += 1
+                    continue
                 if ref is None and rows:  # a listing error came first: the exact reference checks the rest
                     ref = reference(problem, opsets[0])
                 kept: list[torch.Tensor] = []
-                row = self._measure_candidate(space, problem, source, cand, opsets, ref, best_ms, kept)
+                built_s: list[float] | None = [] if self.slow_build_s is not None else None
+                row = self._measure_candidate(space, problem, source, cand, opsets, ref, best_ms, kept, built_s)
                 if ref is None:  # this first candidate's result checks the others
                     ref = kept[0] if kept else reference(problem, opsets[0])
                 rows.append(row)
                 if row["status"] == "ok":
                     best_ms = row["time_ms_median"] if best_ms is None else min(best_ms, row["time_ms_median"])
+                if built_s and cand.engine_id >= 0 and built_s[0] > self.slow_build_s:
+                    slow.append((engine, row))
+                    self.slow_engines.add(engine)  # its other knobs on this problem are left out too
+            for engine, row in slow:  # the fastest here paid for its build: later problems may build it again
+                if row["status"] == "ok" and row["time_ms_median"] <= best_ms:
+                    self.slow_engines.discard(engine)
         del opsets, ref
         return rows
 
-    def _measure_candidate(self, space, problem, source, cand, opsets, ref, best_ms, kept) -> dict[str, Any]:
-        """The candidate's record; with ``ref`` None its result is the reference, appended to ``kept``."""
+    def _measure_candidate(self, space, problem, source, cand, opsets, ref, best_ms, kept, built_s=None
+                           ) -> dict[str, Any]:  # fmt: skip
+        """The candidate's record; with ``ref`` None its result is the reference, appended to ``kept``; the wall
+        time its preparation took (s) is appended to ``built_s``."""
         row = functools.partial(_row, problem, source, cand, self.environment["env_id"])
+        t0 = time.perf_counter() if built_s is not None else 0.0
         try:
             prepared = space.prepare(problem, cand)
         except CandidateError as exc:
             return row(status=exc.status, reason=exc.reason)
+        finally:
+            if built_s is not None:
+                built_s.append(time.perf_counter() - t0)
         workspace = int(prepared.workspace_bytes)
         row = functools.partial(row, workspace_bytes=workspace)
         try:

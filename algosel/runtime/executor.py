@@ -64,6 +64,7 @@ import torch.nn.functional as F
 from algosel.learn.selector import Selector, candidate_row, offline_rows
 from algosel.operands import OUTPUT_ROLE, Operands, conv_args, empty_like_layout, pytorch_direction
 from algosel.problem import ConvProblem, dtype_of
+from algosel.runtime.autograd_thread import on_autograd_thread
 from algosel.runtime.cache import Decision, RuntimeCache
 from algosel.runtime.trial import DROP, KEEP, StepTrial, block_clock
 from algosel.spaces import CandidateError, PreparedCandidate, get_space, split_candidate_id
@@ -149,6 +150,12 @@ RUNTIME_COMPILED_NOTE = "runtime_compilation"
 #: The heuristic modes whose lists that rest comes from: all three, as the model was trained on them (it scores
 #: engine configs of mode A's or B's top 8 only: a config of FALLBACK's list alone is never ranked).
 VERIFY_WHOLE_LIST_MODES = ("a", "b", "fallback")
+#: A plan build longer than this makes verify mode leave out its engine (in that direction) for the rest of the
+#: process, unless it was the fastest of its problem (the sweeper's ``slow_build_s``). ConvNeXt-T autocast's depthwise
+#: weight gradients (H200, 2026-12-04, ``benchmarks/cold_profile.py``): engines 19 and 16, without a behaviour note,
+#: took 0.14-0.99 s a build, 2.05 s of its 4.77 s cold pass in five builds, and none was faster than PyTorch's
+#: default; every other build took 2-14 ms.
+VERIFY_SLOW_BUILD_S = 0.05
 #: Verify mode's timer (``CudaEventTimer``'s settings): a small budget, as a few repeats behind a blocked stream rank
 #: a shortlist. A candidate whose warm-up run takes more than ``single_factor`` times the best time so far (PyTorch's
 #: default's, timed first) keeps that run as its only time: it cannot be the one kept, which must be 3% faster than
@@ -909,13 +916,27 @@ class Executor:
     def _time_candidates(self, problem: ConvProblem, ids: list[str], deadline_s: float | None = None
                          ) -> tuple[dict[str, float], dict[str, float]]:  # fmt: skip
         """Median device time (ms) and host time per call (us) of PyTorch's default and ``ids`` on ``problem``, as
-        the verifier measured them (candidates that failed, or not started by ``deadline_s``, are left out)."""
+        the verifier measured them (candidates that failed, or not started by ``deadline_s``, are left out). A
+        gradient's problem is timed on autograd's thread for the device: PyTorch keeps its cuDNN plans per thread
+        (:mod:`algosel.runtime.autograd_thread`), and its default's plans built for the timing are then the ones the
+        network's backward uses, not a second set."""
         pairs = []
         for cid in ["pytorch:default", *ids]:
             space_name, name = split_candidate_id(cid)
             space = get_space(space_name)
             pairs.append((space, space.candidate(name, problem.direction)))
-        rows = self._verifier().measure_candidates(problem, pairs, source="runtime", deadline_s=deadline_s)
+        verifier = self._verifier()
+        on_gpu = self._device is not None and self._device.type == "cuda"
+
+        def measure():
+            no_autocast = torch.autocast("cuda", enabled=False) if on_gpu else contextlib.nullcontext()
+            with planning(), torch.no_grad(), no_autocast:
+                return verifier.measure_candidates(problem, pairs, source="runtime", deadline_s=deadline_s)
+
+        if problem.direction == "fwd" or not on_gpu:
+            rows = measure()
+        else:  # where the network's backward runs (the verifier's device: the current one), and builds its plans
+            rows = on_autograd_thread(measure, torch.device("cuda", torch.cuda.current_device()))
         times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows if r["status"] == "ok"}
         host_us = {r["candidate_id"]: float(r["host_overhead_us"]) for r in rows
                    if r["status"] == "ok" and _finite(r.get("host_overhead_us"))}  # fmt: skip
@@ -1023,7 +1044,7 @@ class Executor:
             # pass (EfficientNet-B0 autocast on the H200: 5.2 of 18.9 s).
             timer = CudaEventTimer(**VERIFY_TIMER)
             self._sweeper = Sweeper([], timer, {"env_id": "runtime"}, operand_sets=1, reference="first",
-                                    math="caller")  # fmt: skip
+                                    math="caller", slow_build_s=VERIFY_SLOW_BUILD_S)  # fmt: skip
         return self._sweeper
 
     # ------------------------------------------------------------------------------------------- plans
