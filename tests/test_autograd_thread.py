@@ -41,8 +41,10 @@ def test_it_runs_under_no_grad_and_in_inference_mode(context, through_autograd) 
         assert on_autograd_thread(in_backward, CPU) is through_autograd
 
 
-def test_inside_a_backward_it_runs_at_once_in_that_thread() -> None:
-    idents = []
+def run_in_a_backward(fn, device: torch.device):
+    """``fn()`` run inside the backward of a plain graph on ``device``, as a network's backward runs (also used by
+    the GPU tests)."""
+    out = []
 
     class Probe(torch.autograd.Function):
         @staticmethod
@@ -51,9 +53,17 @@ def test_inside_a_backward_it_runs_at_once_in_that_thread() -> None:
 
         @staticmethod
         def backward(ctx, grad):
-            idents.append((threading.get_ident(), on_autograd_thread(threading.get_ident, CPU)))
+            out.append(fn())
             return grad
 
-    x = torch.ones(2, requires_grad=True)
+    x = torch.ones(2, device=device, requires_grad=True)
     Probe.apply(x).sum().backward()
-    assert len(idents) == 1 and idents[0][0] == idents[0][1]
+    return out[0]
+
+
+def test_inside_a_backward_it_runs_at_once_in_that_thread() -> None:
+    def both():
+        return threading.get_ident(), on_autograd_thread(threading.get_ident, CPU)
+
+    here, there = run_in_a_backward(both, CPU)
+    assert here == there

@@ -312,21 +312,9 @@ def _backward_thread() -> int:
     """The thread that computes a CUDA tensor's backward in a plain training step."""
     import threading
 
-    seen = []
+    from test_autograd_thread import run_in_a_backward
 
-    class Probe(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x.clone()
-
-        @staticmethod
-        def backward(ctx, grad):
-            seen.append(threading.get_ident())
-            return grad
-
-    x = torch.ones(4, device="cuda", requires_grad=True)
-    Probe.apply(x).sum().backward()
-    return seen[0]
+    return run_in_a_backward(threading.get_ident, torch.device("cuda"))
 
 
 def test_on_autograd_thread_runs_where_a_networks_backward_runs():

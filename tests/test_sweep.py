@@ -3,6 +3,7 @@ budget and crash recovery. Timing is a FakeTimer; the operands and the correctne
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import types
@@ -552,10 +553,14 @@ def test_an_engine_that_builds_slowly_and_loses_is_not_built_again(monkeypatch) 
     rows = sweeper.measure_candidates(FC, pairs)
     # engine 3's second knob set is left out at once, on this problem and the next; engine 4 is built as usual
     assert [r["candidate_id"] for r in rows] == ["pytorch:default", "slow:eng3_a=0.2", "slow:eng4_a=0.01"]
-    assert sweeper.slow_engines == {("slow", "fwd", 3)} and sweeper.skipped_slow_builds == 1
+    assert sweeper.slow_engines == {("slow", 3, "fwd", "float32", "nchw", False)} and sweeper.skipped_slow_builds == 1
     again = sweeper.measure_candidates(FC, pairs)
     assert [r["candidate_id"] for r in again] == ["pytorch:default", "slow:eng4_a=0.01"]
     assert space.prepared == ["eng3_a=0.2", "eng4_a=0.01", "eng4_a=0.01"]
+    # another kind of problem (here: its layout) builds engine 3 again
+    nhwc = dataclasses.replace(FC, layout="nhwc")
+    pairs_nhwc = [(default, default.candidate("default", "fwd")), (space, space.candidate("eng3_a=0.2", "fwd"))]
+    assert len(sweeper.measure_candidates(nhwc, pairs_nhwc)) == 2 and space.prepared[-1] == "eng3_a=0.2"
 
 
 def test_a_slow_build_that_is_the_fastest_keeps_its_engine(monkeypatch) -> None:

@@ -66,6 +66,11 @@ def _row(problem: ConvProblem, source: str, cand: Candidate, env_id: str, **meas
     return Record.of(problem, source, cand, env_id, **measured).to_dict()
 
 
+def _engine_kind(cand: Candidate, problem: ConvProblem) -> tuple:
+    """What the sweeper's slow-build rule remembers of an engine: the engine and the kind of problem it built for."""
+    return (cand.space, cand.engine_id, problem.direction, problem.dtype, problem.layout, problem.groups > 1)
+
+
 class Sweeper:
     """Measures the candidates of ``spaces`` on problems (see the module docstring).
 
@@ -91,9 +96,12 @@ class Sweeper:
         ``"caller"``: left as the caller has them (the runtime times candidates under the switches its calls
         run with: PyTorch's plan cache is keyed by them, so its default runs on the plan the process already has).
     slow_build_s : float or None
-        The runtime's limit on building: an engine (of a space, in one direction) whose candidate took longer than
-        this to prepare, and was not the fastest on its problem, is not prepared again by this sweeper (its other
-        knobs on this problem and later ones are left out, without a record). A plan whose build compiles a kernel
+        The runtime's limit on building: an engine whose candidate took longer than this to prepare, and was not the
+        fastest on its problem, is not prepared again by this sweeper for problems of the same kind (direction,
+        dtype, layout, grouped or not): its other knobs on this problem and later ones are left out, without a
+        record. The kind matters: engines 19 and 16 of a float16 depthwise 7x7 weight gradient are 1.5-4.3x slower
+        than PyTorch's default in NHWC and 5-11x faster in NCHW (ConvNeXt-T's layers, ``data/sweeps/h200-zoo-nhwc``),
+        and one network can run both layouts. A plan whose build compiles a kernel
         takes 0.1-1 s, a hundred times another's, and is paid once per problem and process; sweeps keep ``None``
         (every candidate measured).
     """
@@ -125,9 +133,9 @@ class Sweeper:
         self.workspace_limit_bytes = workspace_limit_bytes
         self.seed = seed
         self.slow_build_s = slow_build_s
-        #: (space, direction, engine id) of the engines whose plan took longer than ``slow_build_s`` to build and
-        #: was not the fastest of its problem: not built again by this sweeper.
-        self.slow_engines: set[tuple[str, str, int]] = set()
+        #: The engines whose plan took longer than ``slow_build_s`` to build and was not the fastest of its problem,
+        #: with the kind of problem (see ``_engine_kind``): not built again by this sweeper for problems of the kind.
+        self.slow_engines: set[tuple] = set()
         #: Candidates left out because their engine is in ``slow_engines``.
         self.skipped_slow_builds = 0
 
@@ -179,12 +187,12 @@ class Sweeper:
             opsets = [make_operands(problem, self.device, generator) for _ in range(self.operand_sets)]
             ref = reference(problem, opsets[0]) if self.reference == "exact" else None
             best_ms: float | None = None
-            slow: list[tuple[tuple[str, str, int], dict[str, Any]]] = []  # built slowly here, with their rows
+            slow: list[tuple[tuple, dict[str, Any]]] = []  # built slowly here, with their rows
             for space, cand, error in listed:
                 if error is not None:
                     rows.append(_row(problem, source, cand, env, status=error.status, reason=error.reason))
                     continue
-                engine = (cand.space, problem.direction, cand.engine_id)
+                engine = _engine_kind(cand, problem)
                 if cand.engine_id >= 0 and engine in self.slow_engines:
                     self.skipped_slow_builds += 1
                     continue
