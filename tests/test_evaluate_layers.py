@@ -119,6 +119,11 @@ def test_run_layers_evaluation_writes_the_tables(slice_model, toy_layers: Path, 
     assert set(comp["selector"]) == set(LAYERS_SELECTORS)
     networks = pd.read_csv(tmp_path / "layers_totals.csv")
     assert set(networks["network"]) == {"toy"} and set(networks["dtype"]) == {"float32", "float16"}
+    problems = pd.read_csv(tmp_path / "layers_problems.csv")  # per problem: every selector's time and pick
+    assert len(problems) == report["problems"] and problems["problem_key"].is_unique
+    for name in ("model", "compare_model", "pytorch_default"):
+        assert (problems[name] >= problems["best"] - 1e-12).all() and problems[f"{name}_candidate"].notna().all()
+    assert "Where the two models' picks differ most" in text
     # every layer in every direction (minus the first's bwd_data), layer l2 twice
     row = networks[(networks["dtype"] == "float32") & (networks["layout"] == "nchw")].iloc[0]
     assert row["calls"] + row["missing_calls"] == 1 * 2 + 1 * 3 + 2 * 3 + 1 * 3
@@ -181,3 +186,19 @@ def test_params_from_takes_the_shipped_models_hyperparameters(tmp_path: Path, ca
     argv = ["train", str(tmp_path / "none"), "--params-from", str(tmp_path / "not-a-model"), "--no-progress"]
     assert main(argv) == 2
     assert "not a model directory" in _one_line_error(capsys.readouterr().err, "train")
+
+
+def test_the_models_differences_list_the_problems_furthest_apart_first() -> None:
+    from algosel.study.evaluation import _format_model_differences
+
+    table = pd.DataFrame(
+        {"best": [1.0, 1.0, 1.0], "model": [1.0, 4.0, 1.02], "compare_model": [2.0, 1.0, 1.0],
+         "pytorch_default": [3.0, 4.0, 1.5], "model_candidate": ["a", "b", "c"],
+         "compare_model_candidate": ["x", "y", "z"], "pytorch_default_candidate": ["pytorch:default"] * 3},
+        index=pd.Index(["p1", "p2", "p3"], name="problem_key"),
+    )  # fmt: skip
+    lines = _format_model_differences(table).splitlines()
+    assert len(lines) == 3  # the header, p2 (4x apart), p1 (2x); p3 is within 5%
+    assert lines[1].split()[:4] == ["p2", "1.0", "b", "4.00x"] and lines[2].split()[:4] == ["p1", "1.0", "a", "1.00x"]
+    same = table.assign(compare_model=table["model"])
+    assert _format_model_differences(same) == "(none: every pick within 5% of the other's time)"

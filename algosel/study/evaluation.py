@@ -246,6 +246,24 @@ def _format_totals(totals: pd.DataFrame) -> str:
     return shown.to_string(index=False)
 
 
+def _format_model_differences(table: pd.DataFrame, most: int = 10) -> str:
+    """The ``most`` problems of a :func:`~algosel.learn.evaluate.models_table` where the model's and the compare
+    model's picks are furthest apart in time (at least 5%), each with both picks and PyTorch's default."""
+    ratio = (table["model"] / table["compare_model"]).astype(float)
+    apart = ratio.where(ratio >= 1, 1 / ratio)
+    rows = table.assign(apart=apart)  # before filtering: a column set on an empty frame would bring its index
+    rows = rows[rows["apart"] >= 1.05].sort_values("apart", ascending=False).head(most)
+    if rows.empty:
+        return "(none: every pick within 5% of the other's time)"
+
+    def pick(name: str) -> pd.Series:
+        return rows[f"{name}_candidate"] + " " + (rows[name] / rows["best"]).map("{:.2f}x".format)
+
+    names = ("model", "compare_model", "pytorch_default")
+    out = pd.DataFrame({"problem": rows.index, "best_ms": rows["best"].round(4), **{n: pick(n) for n in names}})
+    return out.to_string(index=False)
+
+
 def run_layers_evaluation(
     model_dir: str,
     data: list[str],
@@ -258,8 +276,10 @@ def run_layers_evaluation(
     For every recorded problem of the layers files' shapes (any dtype and layout in ``data``): the time of the
     model's pick, of the compare model's, of cuDNN's heuristics and of PyTorch's default, against the best
     measured candidate (geomean, within 5%, total time), and each file's whole networks (every call, forward and
-    both gradients). Writes ``layers_report.csv``, ``layers_time_totals.csv``, ``layers_totals.csv`` and
-    ``layers_report.json`` into ``out`` (default ``reports/<model name>``); returns the text.
+    both gradients); with a compare model, the problems where the two models' picks differ most. Writes
+    ``layers_report.csv``, ``layers_problems.csv`` (per problem: the best and every selector's time and candidate),
+    ``layers_time_totals.csv``, ``layers_totals.csv`` and ``layers_report.json`` into ``out`` (default
+    ``reports/<model name>``); returns the text.
 
     Raises
     ------
@@ -333,8 +353,12 @@ def run_layers_evaluation(
         cols = ["file", "network", "size", "dtype", "layout", "calls", "missing_calls", "best_ms",
                 *[f"{s}_vs_best" for s in selectors]]  # fmt: skip
         lines.append(networks[cols].round(3).to_string(index=False))
+    if compare_model:
+        lines += ["", "Where the two models' picks differ most (time / best; all problems in layers_problems.csv):",
+                  _format_model_differences(table)]  # fmt: skip
     out_dir = Path(out) if out else Path("reports") / Path(model_dir).name
     out_dir.mkdir(parents=True, exist_ok=True)
+    table.reset_index().to_csv(out_dir / "layers_problems.csv", index=False)
     comp.to_csv(out_dir / "layers_report.csv", index=False)
     totals.to_csv(out_dir / "layers_time_totals.csv", index=False)
     networks.to_csv(out_dir / "layers_totals.csv", index=False)
