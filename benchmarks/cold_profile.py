@@ -30,25 +30,15 @@ def measured_candidates() -> list[dict]:
     rows: list[dict] = []
     measure = sweep.Sweeper._measure_candidate
 
-    def timed(self, space, problem, source, cand, *rest):
-        builds: list[float] = []
-        prepare = space.prepare
-
-        def timed_prepare(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return prepare(*a, **k)
-            finally:
-                builds.append(time.perf_counter() - t0)
-
-        space.prepare = timed_prepare  # an instance attribute over the class's method, removed below
+    def timed(self, space, problem, source, cand, opsets, ref, best_ms, kept, built_s=None):
+        built: list[float] = []  # the sweeper's own timing of the candidate's preparation
         t0 = time.perf_counter()
-        try:
-            row = measure(self, space, problem, source, cand, *rest)
-        finally:
-            del space.prepare
+        row = measure(self, space, problem, source, cand, opsets, ref, best_ms, kept, built)
+        wall_s = time.perf_counter() - t0
+        if built_s is not None:  # the slow-build rule's list
+            built_s.extend(built)
         rows.append({"direction": problem.direction, "problem": problem.key, "candidate": cand.candidate_id,
-                     "notes": ",".join(cand.notes), "build_s": sum(builds), "wall_s": time.perf_counter() - t0,
+                     "notes": ",".join(cand.notes), "build_s": sum(built), "wall_s": wall_s,
                      "status": row["status"], "time_ms": row.get("time_ms_median")})  # fmt: skip
         return row
 

@@ -5,10 +5,11 @@ PyTorch keeps its cuDNN execution plans per thread (``benchmark_cache`` in ATen'
 backward of CUDA tensors on a worker thread of its own per device. A gradient's problem timed on the main thread
 therefore finds none of the plans the network's backward built, and builds them again; the backward then builds its
 own as well. Measured (H200, torch 2.11, cuDNN 9.19, ConvNeXt-T float16 channels_last, batch 32,
-``python benchmarks/plan_threads.py --net convnext_tiny --dtype amp``, 2026-12-04): after one training step, the
-first ``aten.convolution_backward`` of a depthwise 7x7 problem on the main thread took 178-498 ms per direction
-(runtime-compiled engines), the second 0.19-0.45 ms, and the same gradients through autograd 0.56-0.91 ms for both;
-2,856 ms over the network's 8 distinct convolutions on the main thread against 65 ms through autograd.
+``python benchmarks/plan_threads.py --net convnext_tiny --dtype amp``, 2026-12-04,
+``benchmarks/results/plan_threads-h200-20261204-convnext_tiny-amp-25e66d4.txt``): after one training step, the
+first ``aten.convolution_backward`` of one gradient on the main thread took 156-384 ms for a depthwise 7x7 problem
+and 1.5-2.9 ms for the others, 2,209 ms over the 16 gradients of the network's 8 distinct convolutions; the second
+call there 4.2 ms in all, and the first through :func:`on_autograd_thread` 4.2 ms in all.
 
 :func:`on_autograd_thread` runs a function inside the backward of a one-element graph on the device, so that what
 it builds lands in the cache the network's own backward uses.

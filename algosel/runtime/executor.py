@@ -152,10 +152,9 @@ RUNTIME_COMPILED_NOTE = "runtime_compilation"
 VERIFY_WHOLE_LIST_MODES = ("a", "b", "fallback")
 #: A plan build longer than this makes verify mode leave out its engine for the rest of the process on problems of
 #: the same kind (direction, dtype, layout, grouped or not), unless it was the fastest of its problem (the sweeper's
-#: ``slow_build_s``). ConvNeXt-T autocast's depthwise
-#: weight gradients (H200, 2026-12-04, ``benchmarks/cold_profile.py``): engines 19 and 16, without a behaviour note,
-#: took 0.14-0.99 s a build, 2.05 s of its 4.77 s cold pass in five builds, and none was faster than PyTorch's
-#: default; every other build took 2-14 ms.
+#: ``slow_build_s``). ConvNeXt-T autocast's depthwise weight gradients (H200, 2026-12-04,
+#: ``benchmarks/cold_profile.py``): engines 19 and 16, without a behaviour note, took 0.14-0.99 s a build, 2.05 s of
+#: its 4.77 s cold pass in five builds, and none was faster than PyTorch's default; every other build took 2-14 ms.
 VERIFY_SLOW_BUILD_S = 0.05
 #: Verify mode's timer (``CudaEventTimer``'s settings): a small budget, as a few repeats behind a blocked stream rank
 #: a shortlist. A candidate whose warm-up run takes more than ``single_factor`` times the best time so far (PyTorch's
