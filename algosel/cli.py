@@ -97,13 +97,20 @@ def _check_choices(option: str, values: list[str], allowed: Sequence[str]) -> li
 
 def _cases_from_args(args):
     from algosel.measure.cases import build_cases  # noqa: PLC0415
-    from algosel.measure.grid import GridSpec  # noqa: PLC0415
+    from algosel.measure.grid import MIXES, GridSpec  # noqa: PLC0415
 
     dtypes = _check_choices("--dtypes", _csv_list(args.dtypes), DTYPES)
     layouts = _check_choices("--layouts", _csv_list(args.layouts), LAYOUTS)
     grid_layouts = _check_choices("--grid-layouts", _csv_list(args.grid_layouts or args.layouts), LAYOUTS)
+    (mix,) = _check_choices("--grid-mix", [args.grid_mix], tuple(MIXES))
     grid = (
-        GridSpec(count=args.grid, seed=args.seed, max_flops=args.max_flops, max_operand_bytes=args.max_operand_bytes)
+        GridSpec(
+            count=args.grid,
+            seed=args.seed,
+            max_flops=args.max_flops,
+            max_operand_bytes=args.max_operand_bytes,
+            mix=mix,
+        )
         if args.grid
         else None
     )
@@ -127,7 +134,7 @@ def cmd_sweep(args) -> int:
     if args.dry_run:
         from_layers = sum(1 for c in cases if c.source.startswith("layers:"))
         layers = f", {from_layers} from layers files" if args.layers else ""
-        line = f"{len(cases)} cases ({sum(1 for c in cases if c.source == 'grid')} from the grid{layers})"
+        line = f"{len(cases)} cases ({sum(1 for c in cases if c.source.startswith('grid'))} from the grid{layers})"
         if args.resume_from:  # what a sweep would measure: the cases none of the datasets has
             from algosel.measure.sweep import done_case_keys  # noqa: PLC0415
 
@@ -248,10 +255,14 @@ def cmd_env(args) -> int:
 
 
 def cmd_grid(args) -> int:
-    from algosel.measure.grid import GridSpec, sample_grid  # noqa: PLC0415
+    from algosel.measure.grid import MIXES, GridSpec, sample_grid  # noqa: PLC0415
 
     spec = GridSpec(
-        count=args.count, seed=args.seed, max_flops=args.max_flops, max_operand_bytes=args.max_operand_bytes
+        count=args.count,
+        seed=args.seed,
+        max_flops=args.max_flops,
+        max_operand_bytes=args.max_operand_bytes,
+        mix=_check_choices("--mix", [args.mix], tuple(MIXES))[0],
     )
     shapes = sample_grid(spec)
     for p in shapes:
@@ -580,6 +591,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-flops", type=_positive_float, default=5e10, help="largest grid problem, in FLOPs")
     p.add_argument("--max-operand-bytes", type=_POSITIVE, default=256 << 20, help="largest grid problem's x + w + y")
     p.add_argument(
+        "--grid-mix",
+        default="networks",
+        help="family shares of the grid: 'networks' (layers of CNNs; the shipped records) or 'loss' (where the "
+        "shipped selector loses time); its cases are recorded with source grid or grid:loss",
+    )
+    p.add_argument(
         "--suites", default=None, help="comma-separated suites, 'all' or 'none' (default: all; none with --layers)"
     )
     p.add_argument(
@@ -613,6 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-flops", type=_positive_float, default=5e10)
     p.add_argument("--max-operand-bytes", type=_POSITIVE, default=256 << 20)
+    p.add_argument("--mix", default="networks", help="family shares: 'networks' or 'loss' (algosel sweep --grid-mix)")
     p.set_defaults(func=cmd_grid)
 
     p = sub.add_parser("train", help="tune and fit a selector on sweep records; save it under models/")

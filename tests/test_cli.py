@@ -81,6 +81,25 @@ def test_sweep_dry_run_counts_grid_cases_per_dtype_and_layout(capsys: pytest.Cap
     assert capsys.readouterr().out.strip() == "28 cases (28 from the grid)"
 
 
+def test_sweep_grid_mix_loss_labels_its_cases_and_orders_them_shape_by_shape(tmp_path: Path) -> None:
+    from algosel.cli import _cases_from_args, build_parser  # noqa: PLC0415
+
+    argv = ["sweep", "--out", str(tmp_path), "--suites", "none", "--grid", "3", "--seed", "1", "--grid-mix", "loss",
+            "--dtypes", "float32,float16", "--grid-layouts", "nchw,nhwc"]  # fmt: skip
+    cases = _cases_from_args(build_parser().parse_args(argv))
+    shapes = sample_grid(GridSpec(count=3, seed=1, mix="loss"))
+    assert [c.problem.shape_key for c in cases] == [p.shape_key for p in shapes for _ in range(4)]
+    assert {c.source for c in cases} == {"grid:loss"}
+    assert [(c.problem.dtype, c.problem.layout) for c in cases[:4]] == [
+        ("float32", "nchw"), ("float32", "nhwc"), ("float16", "nchw"), ("float16", "nhwc")
+    ]  # fmt: skip
+
+
+def test_grid_mix_loss_prints_the_loss_grid(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["grid", "--count", "4", "--seed", "1", "--mix", "loss"]) == 0
+    assert capsys.readouterr().out.split() == [p.shape_key for p in sample_grid(GridSpec(4, seed=1, mix="loss"))]
+
+
 def test_sweep_dry_run_honours_limit(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sweep", "--out", "unused", "--dry-run", "--suites", "fpn", "--grid", "5", "--limit", "3"]) == 0
     assert capsys.readouterr().out.strip().startswith("3 cases")
@@ -102,6 +121,7 @@ def test_sweep_without_gpu_exits_2_with_one_line(capsys: pytest.CaptureFixture[s
         ("--layouts", "nchw,hwcn"),
         ("--grid-layouts", "chwn"),
         ("--suites", "resnet50,resnet51"),
+        ("--grid-mix", "lossy"),
     ],
 )
 def test_sweep_bad_option_value_exits_2_naming_it(capsys: pytest.CaptureFixture[str], option: str, value: str) -> None:

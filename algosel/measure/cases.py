@@ -58,9 +58,11 @@ def build_cases(
                     cases.setdefault(p.case_key, SweepCase(p, f"suite:{name}"))
     if grid is not None and grid.count > 0:
         shapes = sample_grid(grid)  # float32 budgets: the larger element size bounds both dtypes
-        for dtype in dtypes:
-            for layout in grid_layouts:
-                for p in shapes:
+        # Shape by shape: a sweep stopped by its time budget leaves whole shapes (every dtype and layout) behind it,
+        # the unit the selector's split and the held-out evaluation work in.
+        for p in shapes:
+            for dtype in dtypes:
+                for layout in grid_layouts:
                     q = p.replace(dtype=dtype, layout=layout)
-                    cases.setdefault(q.case_key, SweepCase(q, "grid"))
+                    cases.setdefault(q.case_key, SweepCase(q, grid.source))
     return list(cases.values())

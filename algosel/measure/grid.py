@@ -5,7 +5,10 @@ draws a *family* (the kinds of layer networks are made of), then its sizes withi
 channels 1 to 4096, spatial sizes 1 to 600, kernels 1/3/5/7/11 plus asymmetric 1xk/kx1 and fully-connected-mode
 kernels, strides 1, 2 and 4, 'same' and 'valid' padding, dilation 1 to 6 and beyond, groups 1 and depthwise,
 batch 1 to 1600. Shapes whose operands would not fit the memory budget, or whose FLOPs exceed the sweep's time
-budget, are redrawn. The same seed always gives the same list.
+budget, are redrawn. The same seed and mix always give the same list, and a longer list starts with the shorter.
+
+Two mixes of families (:data:`MIXES`): ``networks``, the shares of layers in CNNs (the shipped records' grid), and
+``loss``, the shares of the selector's held-out loss (where more records teach the model most).
 """
 
 from __future__ import annotations
@@ -28,6 +31,23 @@ FAMILIES: tuple[tuple[str, float], ...] = (
     ("fully_connected", 0.08),
     ("odd", 0.12),
 )
+#: (family, probability) where the shipped selector loses time: each family's share of the summed log time ratio
+#: (pick over best) of the shipped model on the held-out grid problems of its records (models/h200-cudnn91900,
+#: 792 problems; measured 2026-12-05 with the family told from the shape): pointwise 35.5%, conv3x3 24.6%, large
+#: kernels 16.6%, depthwise 10.2%, dilated 8.7%, odd 2.3%, fully connected 2.1% (per problem, large kernels lose
+#: 0.131, pointwise 0.110, dilated 0.086, conv3x3 0.072, depthwise 0.065, odd 0.060, fully connected 0.011).
+#: Fully connected and odd keep a floor of 0.04 so that every family still grows; the rest is shared as the loss is.
+LOSS_FAMILIES: tuple[tuple[str, float], ...] = (
+    ("conv3x3", 0.237),
+    ("pointwise", 0.342),
+    ("large_kernel", 0.160),
+    ("dilated", 0.084),
+    ("depthwise", 0.097),
+    ("fully_connected", 0.04),
+    ("odd", 0.04),
+)
+#: The family mixes a grid can draw from (:attr:`GridSpec.mix`).
+MIXES: dict[str, tuple[tuple[str, float], ...]] = {"networks": FAMILIES, "loss": LOSS_FAMILIES}
 _NICE_CHANNELS = np.array(
     [
         3,
@@ -70,13 +90,24 @@ class GridSpec:
     """Parameters of the grid.
 
     ``max_operand_bytes`` bounds x + w + y of one problem; ``max_flops`` bounds its FLOPs (the sweep times
-    every candidate several times, so this bounds the sweep's time per problem).
+    every candidate several times, so this bounds the sweep's time per problem). ``mix`` names the family shares
+    of :data:`MIXES`.
     """
 
     count: int = 400
     seed: int = 0
     max_operand_bytes: int = 256 << 20
     max_flops: float = 5e10
+    mix: str = "networks"
+
+    def __post_init__(self) -> None:
+        if self.mix not in MIXES:
+            raise ValueError(f"grid mix must be one of {', '.join(MIXES)}; got {self.mix!r}")
+
+    @property
+    def source(self) -> str:
+        """The records' ``source`` of this grid's cases: ``grid`` for the networks mix, ``grid:<mix>`` otherwise."""
+        return "grid" if self.mix == "networks" else f"grid:{self.mix}"
 
 
 def _channels(rng: np.random.Generator, odd_share: float = 0.15) -> int:
@@ -144,8 +175,9 @@ def _draw(rng: np.random.Generator, family: str) -> dict:
 def sample_grid(spec: GridSpec, dtype: str = "float32", layout: str = "nchw") -> list[ConvProblem]:
     """``spec.count`` distinct forward problems, deterministic in ``spec.seed``."""
     rng = np.random.default_rng(spec.seed)
-    names = [f for f, _ in FAMILIES]
-    probs = np.array([p for _, p in FAMILIES])
+    families = MIXES[spec.mix]
+    names = [f for f, _ in families]
+    probs = np.array([p for _, p in families])
     problems: dict[str, ConvProblem] = {}
     attempts = 0
     while len(problems) < spec.count:
