@@ -434,12 +434,11 @@ def test_predict_takes_numpy_integers() -> None:
 @pytest.mark.parametrize(
     ("fields", "reason"),
     [
-        ({"dtype": "bfloat16"}, "dtype 'bfloat16' is not among the model's records (float16, float32)"),
-        ({"dtype": "float32_strict"}, "dtype 'float32_strict' is not among the model's records"),
+        ({"dtype": "float32_strict"}, "dtype 'float32_strict' is not among the model's records (bfloat16, float16,"),
         ({"n": 10**9}, "n=1000000000 is 6.25e+05x the largest recorded n (1600)"),
         ({"h": 10**6, "w": 10**6}, "h=1000000 is 1.75e+03x the largest recorded h (570)"),
     ],
-    ids=["bfloat16", "float32_strict", "n-1e9", "h-w-1e6"],
+    ids=["float32_strict", "n-1e9", "h-w-1e6"],
 )
 def test_answers_outside_the_models_records_say_so(fields, reason) -> None:
     with warnings.catch_warnings():

@@ -242,16 +242,16 @@ def test_neighbour_feature_takes_each_problems_nearest_among_the_training_proble
 
 
 def test_verify_far_scores_each_rule_on_a_swept_network_the_records_lack():
-    """benchmarks/verify_far.py on the zoo's float32 sweep with RegNetY's calls per step: the far rule (far problems:
-    the live list, unfiltered) times more problems than the rule before it, the executor's (every problem: the live
-    list, unfiltered) at least as many, and each finds what timing can (never above PyTorch's default, never below
-    the best)."""
-    cmd = [sys.executable, str(REPO / "benchmarks" / "verify_far.py"), str(REPO / "data" / "sweeps" / "h200-zoo-f32"),
-           "--layers", str(REPO / "data" / "layers" / "regnet_y_800mf-b64.csv")]  # fmt: skip
+    """benchmarks/verify_far.py on MyNet's sweep (the tutorial's network, in no dataset the shipped model is trained
+    on) with its calls per step: the far rule (far problems: the live list, unfiltered) times more problems than the
+    rule before it, the executor's (every problem: the live list, unfiltered) at least as many, and each finds what
+    timing can (never above PyTorch's default, never below the best)."""
+    cmd = [sys.executable, str(REPO / "benchmarks" / "verify_far.py"), str(REPO / "data" / "sweeps" / "h200-mynet"),
+           "--layers", str(REPO / "benchmarks" / "results" / "mynet-h200-20261201" / "mynet.csv")]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     lines = res.stdout.splitlines()
-    assert lines[0].startswith("180 problems the records lack")
+    assert lines[0].startswith("126 problems the records lack")
     rules, costs = {}, {}
     for line in lines:
         if "timed" in line:
@@ -296,16 +296,16 @@ def test_verify_far_scores_each_rule_on_a_swept_network_the_records_lack():
                                            "executor"))  # fmt: skip
     assert before[0][1] == 0 and far[0][0] > before[0][0] and far[0][1] > 0 and now[0][0] >= far[0][0]
     assert far[1][2] < before[1][2] and now[1][2] <= far[1][2]
-    assert now[1][2] < before[1][2]  # RegNetY: its grouped convolutions' gains are found
+    assert now[1][2] < before[1][2]  # MyNet: gains the nearest list's filter missed are found
 
 
 def test_verify_far_can_let_the_model_score_every_listed_config():
-    """``--score-every-listed``: configs only FALLBACK lists (ConvNeXt-T's NHWC sweep holds some) are ranked too, so
-    the shortlists, and the candidates built, differ from the model's own rule."""
+    """``--score-every-listed``: configs only FALLBACK lists (MyNet's sweep holds some) are ranked too, so the
+    shortlists, and the candidates built, differ from the model's own rule."""
 
     def built(*extra):
         cmd = [sys.executable, str(REPO / "benchmarks" / "verify_far.py"),
-               str(REPO / "data" / "sweeps" / "h200-zoo-nhwc"), *extra]  # fmt: skip
+               str(REPO / "data" / "sweeps" / "h200-mynet"), *extra]  # fmt: skip
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
         assert res.returncode == 0, res.stderr[-2000:]
         line = next(x for x in res.stdout.splitlines() if x.strip().startswith("executor  "))
