@@ -124,3 +124,24 @@ def test_tuning_keeps_the_best_score_unless_it_is_too_slow(latency, chosen, trie
 def test_tuning_rule_needs_a_setting():
     with pytest.raises(ValueError, match="at least one"):
         within_budget(_tuned().iloc[:0], RankerParams(), lambda p: p, lambda p: 0.0, 1000.0)
+
+
+def test_network_totals_sum_every_call_and_leave_out_dtypes_the_network_lacks():
+    from algosel.learn.evaluate import network_totals  # noqa: PLC0415
+    from algosel.problem import ConvProblem  # noqa: PLC0415
+
+    layer = {"n": 2, "c": 8, "k": 16, "h": 10, "w": 10, "r": 3, "s": 3, "pad_h": 1, "pad_w": 1, "stride_h": 1,
+             "stride_w": 1, "dilation_h": 1, "dilation_w": 1, "groups": 1}  # fmt: skip
+    suites = pd.DataFrame([{**layer, "network": "net", "size": "10x10"}, {**layer, "network": "net", "size": "10x10"}])
+    problems = ConvProblem(**layer, dtype="float32").directions()
+    times = {"fwd": 1.0, "bwd_data": 2.0, "bwd_filter": 4.0}
+    table = pd.DataFrame(
+        [{"problem_key": q.key, "best": times[q.direction], "model": 2 * times[q.direction]} for q in problems]
+    ).set_index("problem_key")
+    out = network_totals({"net": table}, suites, ["float32", "bfloat16"], selectors=("model",))
+    assert list(out["dtype"]) == ["float32"]  # no bfloat16 problem of this network: no row of NaNs
+    row = out.iloc[0]
+    # the first conv has no bwd_data (the image needs no gradient); the second has all three directions
+    assert row["calls"] == 5 and row["missing_problems"] == 0
+    assert row["best_ms"] == pytest.approx(1 + 4 + 1 + 2 + 4)
+    assert row["model_vs_best"] == pytest.approx(2.0)

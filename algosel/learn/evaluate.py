@@ -242,7 +242,7 @@ def network_totals(
     each network's own), which must have a column per name of ``selectors``. The first conv of a classification
     network gets no ``bwd_data`` (autograd does not compute the gradient of the input image). Calls whose problem
     is not in the network's table are left out of the sums and counted in ``missing_problems``; ``calls`` counts
-    the ones summed (one per conv call and direction).
+    the ones summed (one per conv call and direction). A network and dtype with no call in its table has no row.
     """
     selectors = tuple(selectors)
     rows = []
@@ -265,6 +265,8 @@ def network_totals(
                     calls += 1
                     for sel in totals:
                         totals[sel] += float(table_times.at[q.key, sel])
+            if not calls:  # a dtype the records hold elsewhere (the grid's bfloat16) but not for this network
+                continue
             rows.append(
                 {
                     "network": network,
