@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from algosel.measure.grid import LOSS_FAMILIES, GridSpec, sample_grid
+from algosel.measure.grid import LOSS_FAMILIES, GridSpec, family_of, sample_grid
 from algosel.problem import ConvProblem
 
 
@@ -79,23 +79,6 @@ def test_prefix_is_stable_when_the_count_grows() -> None:
 
 
 # ------------------------------------------------------------------------------------------------------- mixes
-def _family(p: ConvProblem) -> str:
-    """The grid family a shape was drawn from, told from the shape (the families' shapes do not overlap here)."""
-    if p.is_fully_connected:
-        return "fully_connected"
-    if p.is_depthwise:
-        return "depthwise"
-    if p.dilation_h > 1:
-        return "dilated"
-    if p.r == p.s == 1 and p.groups == 1:
-        return "pointwise"
-    if p.r == p.s == 3 and p.pad_h == 1:
-        return "conv3x3"
-    if p.r == p.s and p.r in (5, 7, 11):
-        return "large_kernel"
-    return "odd"
-
-
 def test_the_networks_mix_is_the_default_and_unchanged() -> None:
     # The shipped records were swept from the default grid: naming its mix must not move a single shape.
     assert GridSpec().mix == "networks"
@@ -107,14 +90,14 @@ def test_the_loss_mix_draws_families_by_their_shares() -> None:
     shapes = sample_grid(GridSpec(count=600, seed=1, mix="loss"))
     counts = {f: 0 for f, _ in LOSS_FAMILIES}
     for p in shapes:
-        counts[_family(p)] += 1
+        counts[family_of(p)] += 1
     shares = {f: counts[f] / len(shapes) for f in counts}
     # Pointwise is the largest share of the loss and of this mix; it is a fifth of the networks mix.
     assert shares["pointwise"] > 0.25
     assert max(shares, key=shares.get) == "pointwise"
     assert all(counts[f] > 0 for f in counts), "every family still grows"
     networks = sample_grid(GridSpec(count=600, seed=1))
-    assert sum(_family(p) == "pointwise" for p in networks) / 600 < shares["pointwise"]
+    assert sum(family_of(p) == "pointwise" for p in networks) / 600 < shares["pointwise"]
 
 
 def test_the_loss_mix_is_seeded_and_prefix_stable() -> None:
@@ -122,6 +105,15 @@ def test_the_loss_mix_is_seeded_and_prefix_stable() -> None:
     assert sample_grid(spec) == sample_grid(spec)
     assert sample_grid(GridSpec(count=120, seed=1, mix="loss"))[:80] == sample_grid(spec)
     assert spec.source == "grid:loss"
+
+
+def test_family_of_tells_each_family_from_its_shapes() -> None:
+    seen = {family_of(p) for p in sample_grid(GridSpec(count=300))}
+    assert seen == {f for f, _ in LOSS_FAMILIES}
+    assert family_of(ConvProblem(8, 64, 64, 28, 28, 3, 3, 1, 1)) == "conv3x3"
+    assert family_of(ConvProblem(8, 64, 64, 28, 28, 3, 3, 1, 1, groups=64)) == "depthwise"
+    assert family_of(ConvProblem(8, 64, 64, 28, 28, 1, 1, stride_h=2, stride_w=2)) == "pointwise"
+    assert family_of(ConvProblem(8, 64, 64, 6, 6, 6, 6)) == "fully_connected"
 
 
 def test_unknown_mix_is_a_value_error_naming_it() -> None:

@@ -376,3 +376,23 @@ def test_rank_vs_time_says_in_one_line_what_it_cannot_use(args, message):
     res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "rank_vs_time.py"), *args], cwd=REPO,
                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert res.returncode == 2 and res.stderr.strip() == message, res.stderr
+
+
+def test_family_loss_shares_the_grids_loss_by_family(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import family_loss
+
+    from algosel.problem import ConvProblem
+
+    pointwise = ConvProblem(8, 64, 32, 28, 28, 1, 1).key
+    conv3x3 = ConvProblem(8, 64, 32, 28, 28, 3, 3, 1, 1).key
+    suite = ConvProblem(8, 64, 32, 14, 14, 1, 1).key
+    table = pd.DataFrame(
+        {"source": ["grid", "grid:loss", "suite:resnet50"], "best": [1.0, 1.0, 1.0], "model": [4.0, 2.0, 8.0]},
+        index=[pointwise, conv3x3, suite],
+    )
+    out = family_loss.family_losses(table)
+    assert list(out.index) == ["pointwise", "conv3x3"]  # the suite's problem is not the grid's
+    assert out.at["pointwise", "share"] == pytest.approx(2 / 3)  # log 4 = 2 log 2 of the grid's 3 log 2
+    assert out.at["conv3x3", "loss_mean"] == pytest.approx(np.log(2.0))
+    assert out["problems"].sum() == 2

@@ -32,8 +32,9 @@ FAMILIES: tuple[tuple[str, float], ...] = (
     ("odd", 0.12),
 )
 #: (family, probability) where the shipped selector loses time: each family's share of the summed log time ratio
-#: (pick over best) of the shipped model on the held-out grid problems of its records (models/h200-cudnn91900,
-#: 792 problems; measured 2026-12-05 with the family told from the shape): pointwise 35.5%, conv3x3 24.6%, large
+#: (pick over best) of the shipped model on the held-out grid problems of its records (the models/h200-cudnn91900 of
+#: 2026-12-01, trained on data/sweeps/h200 alone; 792 problems; `python benchmarks/family_loss.py --model M`, CPU,
+#: 2026-12-05, with the family told from the shape by :func:`family_of`): pointwise 35.5%, conv3x3 24.6%, large
 #: kernels 16.6%, depthwise 10.2%, dilated 8.7%, odd 2.3%, fully connected 2.1% (per problem, large kernels lose
 #: 0.131, pointwise 0.110, dilated 0.086, conv3x3 0.072, depthwise 0.065, odd 0.060, fully connected 0.011).
 #: Fully connected and odd keep a floor of 0.04 so that every family still grows; the rest is shared as the loss is.
@@ -170,6 +171,25 @@ def _draw(rng: np.random.Generator, family: str) -> dict:
         if rng.random() < 0.2 and f["c"] % 2 == 0 and f["k"] % 2 == 0:
             f["groups"] = 2
     return f
+
+
+def family_of(p: ConvProblem) -> str:
+    """The family of :data:`FAMILIES` a grid shape was drawn from, told from the shape alone (the families' shapes
+    overlap only where an odd shape happens to look like another family's). Used to measure where a selector loses
+    time per family (``benchmarks/family_loss.py``, which gave :data:`LOSS_FAMILIES`)."""
+    if p.is_fully_connected:
+        return "fully_connected"
+    if p.is_depthwise:
+        return "depthwise"
+    if p.dilation_h > 1:
+        return "dilated"
+    if p.r == p.s == 1:
+        return "pointwise"
+    if p.r == p.s == 3 and p.pad_h == 1:
+        return "conv3x3"
+    if p.r == p.s and p.r in (5, 7, 11):
+        return "large_kernel"
+    return "odd"
 
 
 def sample_grid(spec: GridSpec, dtype: str = "float32", layout: str = "nchw") -> list[ConvProblem]:
