@@ -325,8 +325,9 @@ def test_thread_cpu_places_cpu_time_on_the_thread_that_spent_it(monkeypatch):
     import zoo
 
     def spin(seconds):
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
+        # on the thread's own CPU clock, not wall time: a preempted thread on a loaded machine still spends `seconds`
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
             pass
 
     spun, release = threading.Event(), threading.Event()
