@@ -148,3 +148,19 @@ def test_an_invalid_candidate_off_the_shortlist_is_never_picked():
     picks = pick_times(data, np.array([9.0, 1.0]), shortlist_rank=8)
     assert picks.loc["p", "model_candidate"] == "top"
     assert pick_times(data, np.array([9.0, 1.0]), shortlist_rank=None).loc["p", "model_candidate"] == "deep"
+
+
+def test_tuning_searches_the_learning_rate_and_the_chosen_setting_trains_with_it(slice_records):
+    from algosel.learn.train import DEFAULT_GRID
+    from algosel.learn.tuning import setting, tune
+
+    assert len(DEFAULT_GRID["learning_rate"]) > 1  # the budget caps the trees: the rate is what is left to tune
+    frame, envs = slice_records
+    prep = Prepared.build(frame, envs)
+    params, table = tune(prep, {"learning_rate": [0.05, 0.3], "n_estimators": [8]}, RankerParams(num_threads=1),
+                         folds=2, frame=frame, progress=False)  # fmt: skip
+    assert sorted(table["learning_rate"]) == [0.05, 0.3]
+    best = table.loc[table["chosen"], "learning_rate"].item()
+    assert params.learning_rate == best == setting(table, 0, RankerParams()).learning_rate
+    ranker = Ranker(params).fit_prepared(prep.data, prep.X)
+    assert float(ranker.booster_.params["learning_rate"]) == best

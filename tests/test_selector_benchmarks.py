@@ -396,3 +396,42 @@ def test_family_loss_shares_the_grids_loss_by_family(monkeypatch):
     assert out.at["pointwise", "share"] == pytest.approx(2 / 3)  # log 4 = 2 log 2 of the grid's 3 log 2
     assert out.at["conv3x3", "loss_mean"] == pytest.approx(np.log(2.0))
     assert out["problems"].sum() == 2
+
+
+def test_ranker_settings_scores_each_setting_and_seed_both_ways_on_the_same_problems(tmp_path):
+    out = tmp_path / "settings.json"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "ranker_settings.py"), "--data", str(SLICE), "--folds", "2",
+           "--seeds", "0,1", "--threads", "1", "--setting", 'small={"n_estimators": 3, "num_leaves": 3}',
+           "--out", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["setting"], r["seed"]) for r in rows] == [("base", 0), ("base", 1), ("small", 0), ("small", 1)]
+    assert rows[2]["params"] == {"n_estimators": 3, "num_leaves": 3}
+    assert len({r["cv_problems"] for r in rows}) == 1 and len({r["held_out_problems"] for r in rows}) == 1
+    for r in rows:
+        assert r["cv_geomean"] >= 1 and r["held_out_geomean"] >= 1 and r["held_out_total"] >= 1
+        assert 0 <= r["cv_within_5pct"] <= 1
+    # three trees of three leaves learn less than the shipped setting: the table tells them apart
+    assert rows[2]["cv_geomean"] > rows[0]["cv_geomean"]
+    means = [line for line in res.stdout.splitlines() if " mean |" in line]
+    assert [m.split()[0] for m in means] == ["base", "small"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--setting", "lr0.1"], "ranker_settings.py: --setting 'lr0.1' is not NAME=JSON"),
+        (["--setting", "x={lr}"], "ranker_settings.py: --setting x: '{lr}' is not JSON (Expecting property name "
+                                  "enclosed in double quotes)"),
+        (["--setting", 'x={"lr": 1}'], "ranker_settings.py: --setting x: 'lr' is not a RankerParams field to set"),
+        (["--seeds", "0,a"], "ranker_settings.py: --seeds '0,a' is not comma-separated integers"),
+        (["--folds", "1"], "ranker_settings.py: --folds must be at least 2, got 1"),
+        (["--data", "no/such/dir"], "ranker_settings.py: --data no/such/dir does not exist"),
+        (["--params-from", "data"], "ranker_settings.py: --params-from data holds no model (no manifest.json)"),
+    ],
+)
+def test_ranker_settings_says_in_one_line_what_it_cannot_use(args, message):
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "ranker_settings.py"), *args], cwd=REPO,
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert res.returncode == 2 and res.stderr.strip().startswith(message), res.stderr

@@ -1,0 +1,150 @@
+"""Ranker settings side by side, over several seeds: cross-validated and on the held-out shapes (CPU).
+
+    python benchmarks/ranker_settings.py [--data D ...] [--params-from models/h200-cudnn91900]
+        [--setting NAME=JSON ...] [--seeds 0,1,2] [--folds 3] [--threads 2] [--out results.json]
+
+A ranker setting whose gain is smaller than the scatter between seeds is not a gain. This fits the ranker with
+``--params-from``'s hyperparameters changed by each ``--setting`` (JSON of :class:`algosel.learn.ranker
+.RankerParams` fields, e.g. ``lr0.1='{"learning_rate": 0.1}'``; ``base`` is always included, unchanged), once per
+seed, and scores each fit two ways on the records of ``--data``:
+
+- ``cv``: out of fold on the training shapes (``--folds`` folds grouped by shape, as ``algosel train`` tunes);
+- ``held-out``: fitted on every training shape and scored on the fixed held-out test shapes
+  (:func:`algosel.learn.evaluate.is_test_shape`), as ``algosel evaluate`` scores the shipped model.
+
+Prints, per setting and seed, geomean of best, share within 5% and total-time ratio both ways, then each
+setting's mean over seeds; writes every row as JSON with ``--out``. The learning rate of the shipped model was
+chosen with it (docs/selector.md, "Learning rate").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import fields, replace
+from pathlib import Path
+
+import pandas as pd
+
+METRICS = ("geomean", "within_5pct", "total")
+
+
+def _scores(frame: pd.DataFrame, test, ranker) -> dict[str, float]:
+    from algosel.learn.evaluate import pick_times, selector_table  # noqa: PLC0415
+
+    return _summary(selector_table(frame, pick_times(test.data, ranker.score(test.X))))
+
+
+def _summary(table: pd.DataFrame) -> dict[str, float]:
+    from algosel.learn.evaluate import geomean_ratio, total_time_ratio  # noqa: PLC0415
+
+    ratio = (table["model"] / table["best"]).dropna()
+    return {"problems": int(len(ratio)), "geomean": geomean_ratio(table),
+            "within_5pct": float((ratio <= 1.05).mean()), "total": total_time_ratio(table)}  # fmt: skip
+
+
+def parse_setting(text: str) -> tuple[str, dict]:
+    """``NAME=JSON`` to (name, RankerParams overrides); ValueError naming what is wrong."""
+    from algosel.learn.ranker import RankerParams  # noqa: PLC0415
+
+    name, sep, body = text.partition("=")
+    if not sep or not name:
+        raise ValueError(f"--setting {text!r} is not NAME=JSON")
+    try:
+        over = json.loads(body)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--setting {name}: {body!r} is not JSON ({e.msg})") from None
+    known = {f.name for f in fields(RankerParams)} - {"seed", "num_threads"}
+    if not isinstance(over, dict) or not set(over) <= known:
+        bad = sorted(set(over) - known) if isinstance(over, dict) else [body]
+        raise ValueError(f"--setting {name}: {bad[0]!r} is not a RankerParams field to set (one of {sorted(known)})")
+    return name, over
+
+
+def run(data: list[str], params_from: str, settings: dict[str, dict], seeds: list[int], folds: int,
+        threads: int) -> list[dict]:  # fmt: skip
+    """One row per setting and seed: its cross-validated and held-out scores (see the module docstring)."""
+    from algosel.learn.artifact import read_manifest  # noqa: PLC0415
+    from algosel.learn.evaluate import Prepared, cross_val_picks, is_test_shape, selector_table  # noqa: PLC0415
+    from algosel.learn.ranker import Ranker, RankerParams  # noqa: PLC0415
+    from algosel.records.store import load_records, main_environment  # noqa: PLC0415
+
+    chosen = read_manifest(params_from)["params"]
+    names = {f.name for f in fields(RankerParams)} - {"num_threads"}
+    base = replace(RankerParams(num_threads=threads), **{k: v for k, v in chosen.items() if k in names})
+    frame, envs = load_records(*data)
+    frame, _ = main_environment(frame, envs)
+    prep = Prepared.build(frame, envs)
+    test_mask = is_test_shape(prep.shape)
+    train, test = prep.rows(~test_mask), prep.rows(test_mask)
+    rows = []
+    for name, over in {"base": {}, **settings}.items():
+        for seed in seeds:
+            t0 = time.perf_counter()
+            params = replace(base, **over, seed=seed)
+            cv = _summary(selector_table(frame, cross_val_picks(train, params, folds)))
+            held = _scores(frame, test, Ranker(params).fit_prepared(train.data, train.X))
+            rows.append({"setting": name, "seed": seed, "params": over,
+                         **{f"cv_{k}": v for k, v in cv.items()}, **{f"held_out_{k}": v for k, v in held.items()}})  # fmt: skip
+            print(f"{name} seed {seed}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """The rows, then each setting's mean over its seeds, as aligned text."""
+    head = f"{'setting':<14} {'seed':>4} | {'cv geo':>7} {'within5':>7} {'total':>7} | {'held-out geo':>12} {'within5':>7} {'total':>7}"
+    out = [head]
+
+    def line(name: str, seed: str, r: dict) -> str:
+        return (f"{name:<14} {seed:>4} | {r['cv_geomean']:>7.4f} {r['cv_within_5pct']:>7.1%} {r['cv_total']:>7.4f} | "
+                f"{r['held_out_geomean']:>12.4f} {r['held_out_within_5pct']:>7.1%} {r['held_out_total']:>7.4f}")  # fmt: skip
+
+    out += [line(r["setting"], str(r["seed"]), r) for r in rows]
+    for name in dict.fromkeys(r["setting"] for r in rows):
+        mine = [r for r in rows if r["setting"] == name]
+        keys = [f"{w}_{m}" for w in ("cv", "held_out") for m in METRICS]
+        out.append(line(name, "mean", {k: statistics.fmean(r[k] for r in mine) for k in keys}))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", nargs="+", default=["data/sweeps/h200"])
+    p.add_argument("--params-from", default="models/h200-cudnn91900", help="the model whose hyperparameters to use")
+    p.add_argument("--setting", action="append", default=[], metavar="NAME=JSON")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated LightGBM seeds")
+    p.add_argument("--folds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", help="write the rows as JSON here")
+    args = p.parse_args(argv)
+    try:
+        settings = dict(parse_setting(s) for s in args.setting)
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError as e:
+        msg = str(e) if str(e).startswith("--setting") else f"--seeds {args.seeds!r} is not comma-separated integers"
+        print(f"ranker_settings.py: {msg}", file=sys.stderr)
+        return 2
+    if args.folds < 2:
+        print(f"ranker_settings.py: --folds must be at least 2, got {args.folds}", file=sys.stderr)
+        return 2
+    for d in args.data:
+        if not Path(d).exists():
+            print(f"ranker_settings.py: --data {d} does not exist", file=sys.stderr)
+            return 2
+    if not (Path(args.params_from) / "manifest.json").is_file():
+        print(f"ranker_settings.py: --params-from {args.params_from} holds no model (no manifest.json)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    rows = run(args.data, args.params_from, settings, seeds, args.folds, args.threads)
+    print(table(rows))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"data": args.data, "params_from": args.params_from, "folds": args.folds,
+                                              "rows": rows}, indent=1) + "\n")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
