@@ -326,13 +326,9 @@ def cmd_train(args) -> int:
     grid = DEFAULT_GRID if not args.quick else {"objective": ["lambdarank"]}
     base = RankerParams(n_estimators=args.n_estimators, num_threads=args.threads)
     if args.params_from:  # no tuning: the hyperparameters another model's tuning chose
-        from dataclasses import fields, replace  # noqa: PLC0415
+        from algosel.learn.artifact import tuned_params  # noqa: PLC0415
 
-        from algosel.learn.artifact import read_manifest  # noqa: PLC0415
-
-        chosen = read_manifest(args.params_from)["params"]
-        names = {f.name for f in fields(RankerParams)} - {"num_threads"}
-        base = replace(base, **{k: v for k, v in chosen.items() if k in names})
+        base = tuned_params(args.params_from, base)
         grid = {"objective": [base.objective]}
     out, summary = train(
         args.data,

@@ -25,11 +25,11 @@ import json
 import sys
 import time
 import zlib
-from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import refit_inputs
 
 BLEND_WEIGHTS = (0.5, 1.0, 2.0)
 
@@ -71,7 +71,7 @@ def fold_scores(train, test, params) -> dict[str, np.ndarray]:
 
 def run(data: list[str], params_from: str, folds: int, threads: int) -> dict[str, dict[str, float]]:
     """Out-of-fold geomean of best, within 5% and total-time ratio of every picker (see the module docstring)."""
-    from algosel.learn.artifact import read_manifest  # noqa: PLC0415
+    from algosel.learn.artifact import tuned_params  # noqa: PLC0415
     from algosel.learn.evaluate import (  # noqa: PLC0415
         Prepared,
         geomean_ratio,
@@ -83,9 +83,7 @@ def run(data: list[str], params_from: str, folds: int, threads: int) -> dict[str
     from algosel.learn.ranker import RankerParams  # noqa: PLC0415
     from algosel.records.store import load_records, main_environment  # noqa: PLC0415
 
-    chosen = read_manifest(params_from)["params"]
-    names = {f.name for f in fields(RankerParams)} - {"num_threads"}
-    params = replace(RankerParams(num_threads=threads), **{k: v for k, v in chosen.items() if k in names})
+    params = tuned_params(params_from, RankerParams(num_threads=threads))
     frame, envs = load_records(*data)
     frame, _ = main_environment(frame, envs)
     prep = Prepared.build(frame, envs)
@@ -115,21 +113,12 @@ def run(data: list[str], params_from: str, folds: int, threads: int) -> dict[str
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", nargs="+", default=["data/sweeps/h200"])
-    p.add_argument("--params-from", default="models/h200-cudnn91900", help="the model whose hyperparameters to use")
-    p.add_argument("--folds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
+    refit_inputs.add_arguments(p)
     p.add_argument("--out", help="write the result as JSON here")
     args = p.parse_args(argv)
-    if args.folds < 2:
-        print(f"rank_vs_time.py: --folds must be at least 2, got {args.folds}", file=sys.stderr)
-        return 2
-    for d in args.data:
-        if not Path(d).exists():
-            print(f"rank_vs_time.py: --data {d} does not exist", file=sys.stderr)
-            return 2
-    if not (Path(args.params_from) / "manifest.json").is_file():
-        print(f"rank_vs_time.py: --params-from {args.params_from} holds no model (no manifest.json)", file=sys.stderr)
+    error = refit_inputs.problem("rank_vs_time.py", args)
+    if error:
+        print(error, file=sys.stderr)
         return 2
     result = run(args.data, args.params_from, args.folds, args.threads)
     print(f"{'picker':<14} {'problems':>8} {'geomean':>8} {'within5':>8} {'total':>7}")

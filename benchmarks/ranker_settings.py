@@ -28,6 +28,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 import pandas as pd
+import refit_inputs
 
 METRICS = ("geomean", "within_5pct", "total")
 
@@ -67,14 +68,12 @@ def parse_setting(text: str) -> tuple[str, dict]:
 def run(data: list[str], params_from: str, settings: dict[str, dict], seeds: list[int], folds: int,
         threads: int) -> list[dict]:  # fmt: skip
     """One row per setting and seed: its cross-validated and held-out scores (see the module docstring)."""
-    from algosel.learn.artifact import read_manifest  # noqa: PLC0415
+    from algosel.learn.artifact import tuned_params  # noqa: PLC0415
     from algosel.learn.evaluate import Prepared, cross_val_picks, is_test_shape, selector_table  # noqa: PLC0415
     from algosel.learn.ranker import Ranker, RankerParams  # noqa: PLC0415
     from algosel.records.store import load_records, main_environment  # noqa: PLC0415
 
-    chosen = read_manifest(params_from)["params"]
-    names = {f.name for f in fields(RankerParams)} - {"num_threads"}
-    base = replace(RankerParams(num_threads=threads), **{k: v for k, v in chosen.items() if k in names})
+    base = tuned_params(params_from, RankerParams(num_threads=threads))
     frame, envs = load_records(*data)
     frame, _ = main_environment(frame, envs)
     prep = Prepared.build(frame, envs)
@@ -87,20 +86,21 @@ def run(data: list[str], params_from: str, settings: dict[str, dict], seeds: lis
             params = replace(base, **over, seed=seed)
             cv = _summary(selector_table(frame, cross_val_picks(train, params, folds)))
             held = _scores(frame, test, Ranker(params).fit_prepared(train.data, train.X))
-            rows.append({"setting": name, "seed": seed, "params": over,
-                         **{f"cv_{k}": v for k, v in cv.items()}, **{f"held_out_{k}": v for k, v in held.items()}})  # fmt: skip
+            scores = {**{f"cv_{k}": v for k, v in cv.items()}, **{f"held_out_{k}": v for k, v in held.items()}}
+            rows.append({"setting": name, "seed": seed, "params": over, **scores})
             print(f"{name} seed {seed}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return rows
 
 
 def table(rows: list[dict]) -> str:
     """The rows, then each setting's mean over its seeds, as aligned text."""
-    head = f"{'setting':<14} {'seed':>4} | {'cv geo':>7} {'within5':>7} {'total':>7} | {'held-out geo':>12} {'within5':>7} {'total':>7}"
-    out = [head]
+    out = [f"{'setting':<14} {'seed':>4} | {'cv geo':>7} {'within5':>7} {'total':>7} | "
+           f"{'held-out geo':>12} {'within5':>7} {'total':>7}"]  # fmt: skip
 
     def line(name: str, seed: str, r: dict) -> str:
-        return (f"{name:<14} {seed:>4} | {r['cv_geomean']:>7.4f} {r['cv_within_5pct']:>7.1%} {r['cv_total']:>7.4f} | "
-                f"{r['held_out_geomean']:>12.4f} {r['held_out_within_5pct']:>7.1%} {r['held_out_total']:>7.4f}")  # fmt: skip
+        cv = f"{r['cv_geomean']:>7.4f} {r['cv_within_5pct']:>7.1%} {r['cv_total']:>7.4f}"
+        held = f"{r['held_out_geomean']:>12.4f} {r['held_out_within_5pct']:>7.1%} {r['held_out_total']:>7.4f}"
+        return f"{name:<14} {seed:>4} | {cv} | {held}"
 
     out += [line(r["setting"], str(r["seed"]), r) for r in rows]
     for name in dict.fromkeys(r["setting"] for r in rows):
@@ -112,12 +112,9 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", nargs="+", default=["data/sweeps/h200"])
-    p.add_argument("--params-from", default="models/h200-cudnn91900", help="the model whose hyperparameters to use")
+    refit_inputs.add_arguments(p)
     p.add_argument("--setting", action="append", default=[], metavar="NAME=JSON")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated LightGBM seeds")
-    p.add_argument("--folds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", help="write the rows as JSON here")
     args = p.parse_args(argv)
     try:
@@ -127,16 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         msg = str(e) if str(e).startswith("--setting") else f"--seeds {args.seeds!r} is not comma-separated integers"
         print(f"ranker_settings.py: {msg}", file=sys.stderr)
         return 2
-    if args.folds < 2:
-        print(f"ranker_settings.py: --folds must be at least 2, got {args.folds}", file=sys.stderr)
-        return 2
-    for d in args.data:
-        if not Path(d).exists():
-            print(f"ranker_settings.py: --data {d} does not exist", file=sys.stderr)
-            return 2
-    if not (Path(args.params_from) / "manifest.json").is_file():
-        print(f"ranker_settings.py: --params-from {args.params_from} holds no model (no manifest.json)",
-              file=sys.stderr)  # fmt: skip
+    error = refit_inputs.problem("ranker_settings.py", args)
+    if error:
+        print(error, file=sys.stderr)
         return 2
     rows = run(args.data, args.params_from, settings, seeds, args.folds, args.threads)
     print(table(rows))

@@ -188,3 +188,22 @@ def test_predict_api_with_fields_and_errors(slice_model):
     with pytest.raises(ValueError, match="top_k"):
         algosel.predict(p, model=sel, top_k=0)
     assert np.isfinite(got[0].score)
+
+
+def test_tuned_params_are_the_manifests_on_top_of_the_base_but_the_thread_count(model_copy, tmp_path):
+    from algosel.learn.artifact import tuned_params
+    from algosel.learn.ranker import RankerParams
+
+    manifest = json.loads((model_copy / MANIFEST_FILE).read_text())
+    manifest["params"].update(learning_rate=0.125, num_leaves=9, num_threads=64)
+    (model_copy / MANIFEST_FILE).write_text(json.dumps(manifest))
+    params = tuned_params(model_copy, RankerParams(num_threads=3, lambdarank_truncation_level=7))
+    assert (params.learning_rate, params.num_leaves, params.n_estimators) == (
+        0.125,
+        9,
+        manifest["params"]["n_estimators"],
+    )
+    assert params.num_threads == 3  # the training machine's, not the model's
+    assert params.lambdarank_truncation_level == manifest["params"]["lambdarank_truncation_level"]
+    with pytest.raises(SelectorError, match="not a model directory"):
+        tuned_params(tmp_path)

@@ -409,7 +409,9 @@ def test_ranker_settings_scores_each_setting_and_seed_both_ways_on_the_same_prob
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["setting"], r["seed"]) for r in rows] == [(s, seed) for s in ("base", "small", "same") for seed in (0, 1)]
+    assert [(r["setting"], r["seed"]) for r in rows] == [
+        (s, seed) for s in ("base", "small", "same") for seed in (0, 1)
+    ]
     assert rows[2]["params"] == {"n_estimators": 3, "num_leaves": 3}
     assert len({r["cv_problems"] for r in rows}) == 1 and len({r["held_out_problems"] for r in rows}) == 1
     for r in rows:
@@ -427,8 +429,10 @@ def test_ranker_settings_scores_each_setting_and_seed_both_ways_on_the_same_prob
     ("args", "message"),
     [
         (["--setting", "lr0.1"], "ranker_settings.py: --setting 'lr0.1' is not NAME=JSON"),
-        (["--setting", "x={lr}"], "ranker_settings.py: --setting x: '{lr}' is not JSON (Expecting property name "
-                                  "enclosed in double quotes)"),
+        (
+            ["--setting", "x={lr}"],
+            "ranker_settings.py: --setting x: '{lr}' is not JSON (Expecting property name enclosed in double quotes)",
+        ),
         (["--setting", 'x={"lr": 1}'], "ranker_settings.py: --setting x: 'lr' is not a RankerParams field to set"),
         (["--seeds", "0,a"], "ranker_settings.py: --seeds '0,a' is not comma-separated integers"),
         (["--folds", "1"], "ranker_settings.py: --folds must be at least 2, got 1"),

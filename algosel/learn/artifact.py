@@ -22,7 +22,7 @@ import hashlib
 import io
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,16 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
         if field not in manifest:
             raise SelectorError(f"{directory / MANIFEST_FILE}: manifest lacks {field!r}")
     return manifest
+
+
+def tuned_params(directory: str | Path, base: RankerParams | None = None) -> RankerParams:
+    """The ranker hyperparameters a model's tuning chose (its manifest's ``params``) on top of ``base``, less
+    ``num_threads``, which belongs to the machine that trains, not to the model: what ``algosel train
+    --params-from`` and the benchmarks that refit a model's setting start from."""
+    base = base if base is not None else RankerParams()
+    names = {f.name for f in fields(RankerParams)} - {"num_threads"}
+    chosen = read_manifest(directory)["params"]
+    return replace(base, **{k: v for k, v in chosen.items() if k in names})
 
 
 def verified_bytes(directory: str | Path, manifest: Mapping[str, Any], name: str) -> bytes:
