@@ -72,14 +72,7 @@ def fold_scores(train, test, params) -> dict[str, np.ndarray]:
 def run(data: list[str], params_from: str, folds: int, threads: int) -> dict[str, dict[str, float]]:
     """Out-of-fold geomean of best, within 5% and total-time ratio of every picker (see the module docstring)."""
     from algosel.learn.artifact import tuned_params  # noqa: PLC0415
-    from algosel.learn.evaluate import (  # noqa: PLC0415
-        Prepared,
-        geomean_ratio,
-        is_test_shape,
-        pick_times,
-        selector_table,
-        total_time_ratio,
-    )
+    from algosel.learn.evaluate import Prepared, is_test_shape, pick_times, selector_table, summary  # noqa: PLC0415
     from algosel.learn.ranker import RankerParams  # noqa: PLC0415
     from algosel.records.store import load_records, main_environment  # noqa: PLC0415
 
@@ -98,17 +91,7 @@ def run(data: list[str], params_from: str, folds: int, threads: int) -> dict[str
             picks.setdefault(name, []).append(pick_times(test.data, scores))
         print(f"fold {f + 1}/{folds}: {test.data['problem_key'].nunique()} problems, "
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)  # fmt: skip
-    result = {}
-    for name, parts in picks.items():
-        table = selector_table(frame, pd.concat(parts))
-        ratio = table["model"] / table["best"]
-        result[name] = {
-            "problems": int(ratio.notna().sum()),
-            "geomean": geomean_ratio(table),
-            "within_5pct": float((ratio.dropna() <= 1.05).mean()),
-            "total_time_ratio": total_time_ratio(table),
-        }
-    return result
+    return {name: summary(selector_table(frame, pd.concat(parts))) for name, parts in picks.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -145,3 +145,17 @@ def test_network_totals_sum_every_call_and_leave_out_dtypes_the_network_lacks():
     assert row["calls"] == 5 and row["missing_problems"] == 0
     assert row["best_ms"] == pytest.approx(1 + 4 + 1 + 2 + 4)
     assert row["model_vs_best"] == pytest.approx(2.0)
+
+
+def test_summary_scores_one_selector_over_the_problems_it_has_a_time_for():
+    from algosel.learn.evaluate import summary
+
+    table = pd.DataFrame({"best": [1.0, 2.0, 4.0], "model": [1.0, 2.2, np.nan], "other": [1.04, 2.0, 8.0]})
+    got = summary(table)
+    assert got["problems"] == 2  # the third has no model time
+    assert got["geomean"] == pytest.approx(math.sqrt(1.1))
+    assert got["within_5pct"] == 0.5 and got["total_time_ratio"] == pytest.approx(3.2 / 3.0)
+    other = summary(table, "other")
+    assert other["problems"] == 3 and other["within_5pct"] == pytest.approx(2 / 3)
+    assert other["geomean"] == pytest.approx(math.exp(math.log(1.04 * 2) / 3))
+    assert other["total_time_ratio"] == pytest.approx(11.04 / 7.0)

@@ -148,6 +148,18 @@ def total_time_ratio(table: pd.DataFrame, selector: str = "model") -> float:
     return float(table.loc[have, selector].sum()) / best if best > 0 else float("nan")
 
 
+def summary(table: pd.DataFrame, selector: str = "model") -> dict[str, float]:
+    """One selector's headline figures on a :func:`selector_table`, over the problems where it has a time: their
+    number, the geomean time ratio, the share within 5% of the best and the total-time ratio."""
+    ratio = (table[selector] / table["best"]).dropna()
+    return {
+        "problems": int(len(ratio)),
+        "geomean": geomean_ratio(table, selector),
+        "within_5pct": float((ratio <= 1.05).mean()),
+        "total_time_ratio": total_time_ratio(table, selector),
+    }
+
+
 def report(table: pd.DataFrame) -> pd.DataFrame:
     """The comparison of every selector per direction, per dtype and overall (see :mod:`algosel.records.analysis`),
     with the total-time ratio of each (:func:`total_time_ratio`)."""
