@@ -37,13 +37,3 @@ def slice_model(tmp_path_factory):
         time_params=TimeModelParams(n_estimators=40, num_leaves=31),
     )
     return out, summary
-
-
-@pytest.fixture(autouse=True)
-def _gpu_switches_at_once(request, monkeypatch):
-    """GPU tests exercise the routes themselves: their switches are made on the first call, not after the runtime's
-    probation looked at the device, and kept without a step trial (both of which their own tests in
-    test_gpu_runtime.py turn back on)."""
-    if request.node.get_closest_marker("gpu") is not None:
-        monkeypatch.setattr("algosel.runtime.executor.PROBE_CALLS", 0)
-        monkeypatch.setattr("algosel.runtime.executor.block_clock", lambda device: None)

@@ -10,7 +10,11 @@ import torch
 
 from algosel.operands import TOLERANCE, make_operands, math_mode, reference, relative_error
 from algosel.problem import ConvProblem
+from algosel.runtime.standins import CudaWithoutTrials
 from algosel.spaces import make_space
+
+#: The hook's routes exercised for themselves: switched at the first call, no step trial.
+AT_ONCE = {"probe_calls": 0, "device_probe": CudaWithoutTrials()}
 
 pytestmark = [
     pytest.mark.gpu,
@@ -240,7 +244,7 @@ def test_hook_matches_pytorch_forward_and_backward_on_gpu(shape, kwargs, dtype, 
     g = torch.randn_like(y_ref)
     grads_ref = torch.autograd.grad(y_ref, [x, *conv.parameters()], g)
     hook.reset_stats()
-    with hook.enabled(hook.Executor(verify=verify, cache=tmp_path)):
+    with hook.enabled(hook.Executor(verify=verify, cache=tmp_path, **AT_ONCE)):
         y = conv(x)
         grads = torch.autograd.grad(y, [x, *conv.parameters()], g)
     tol = 5e-3  # TF32 is allowed for float32, as PyTorch's default
@@ -258,7 +262,7 @@ def test_hook_uses_each_path_and_autocast_on_gpu(tmp_path):
     ).cuda()  # the second conv is in fully connected mode
     x = torch.randn(32, 64, 28, 28, device="cuda")
     hook.reset_stats()
-    with hook.enabled(hook.Executor(verify=3, cache=tmp_path)), torch.autocast("cuda", dtype=torch.float16):
+    with hook.enabled(hook.Executor(verify=3, cache=tmp_path, **AT_ONCE)), torch.autocast("cuda", dtype=torch.float16):
         y = model(x)
         y.float().sum().backward()
     s = hook.stats()
@@ -333,20 +337,20 @@ def test_verify_mode_times_gradients_on_the_backwards_thread(tmp_path):
     import threading
 
     from algosel.runtime.executor import Executor
+    from algosel.runtime.policy import DEFAULT_POLICY
+    from algosel.runtime.verify import runtime_measurer
 
-    ex = Executor(verify=3, cache=tmp_path)
-    ex._device = torch.device("cuda")
-    verifier = ex._verifier()
-    measure, seen = verifier.measure_candidates, {}
+    sweeper, seen = runtime_measurer(DEFAULT_POLICY), {}
 
-    def recording(problem, *args, **kwargs):
-        seen[problem.direction] = threading.get_ident()
-        return measure(problem, *args, **kwargs)
+    class Recording:
+        def measure_candidates(self, problem, *args, **kwargs):
+            seen[problem.direction] = threading.get_ident()
+            return sweeper.measure_candidates(problem, *args, **kwargs)
 
-    verifier.measure_candidates = recording
+    ex = Executor(verify=3, cache=tmp_path, measurer=Recording())
     problem = ConvProblem(n=8, c=64, k=64, h=28, w=28, r=3, s=3, pad_h=1, pad_w=1)
     for p in problem.directions():
-        times, _ = ex._time_candidates(p, [])
+        times, _ = ex.verifier.time_candidates(p, [], torch.device("cuda"))
         assert times["pytorch:default"] > 0
     backward = _backward_thread()
     assert seen == {"fwd": threading.get_ident(), "bwd_data": backward, "bwd_filter": backward}

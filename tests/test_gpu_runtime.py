@@ -15,43 +15,24 @@ import torch
 import torch.nn.functional as F
 
 from algosel.operands import relative_error
+from algosel.runtime.policy import DEFAULT_POLICY
+from algosel.runtime.standins import CudaWithoutTrials, Preferring
+
+#: These tests exercise the routes themselves: their switches are made on the first call, not after probation looked
+#: at the device, and kept without a step trial (the tests of those two give their own arguments).
+AT_ONCE = {"probe_calls": 0, "device_probe": CudaWithoutTrials()}
+
+
+def _prefer(sel, space: str, default_ms: float = 1.0) -> Preferring:
+    """The shipped selector making one space's candidates ten times faster than PyTorch's default and ranking them
+    first, every problem unrecorded and no host costs: the runtime's routing is what these tests exercise, not the
+    model's predictions or ranks."""
+    return Preferring(sel, space, 0.1, default_ms, recorded=False, host_costs=False)
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
-
-
-class Preferring:
-    """The shipped selector with a time predictor that makes one space's candidates ten times faster than PyTorch's
-    default, and that ranks that space's candidates first: the runtime's routing is what these tests exercise, not
-    the model's predictions or ranks."""
-
-    def __init__(self, sel, space: str, default_ms: float = 1.0):
-        self._sel, self._space, self._default_ms = sel, space, default_ms
-
-    def __getattr__(self, name):
-        return getattr(self._sel, name)
-
-    def _first(self, choices):
-        return sorted(choices, key=lambda c: not c.candidate_id.startswith(self._space + ":"))  # stable
-
-    def choose(self, problem, max_workspace_bytes=None, deterministic=False, top_k=1, live=False):
-        return self._first(self._sel.choose(problem, max_workspace_bytes, deterministic, top_k=10_000, live=live))[
-            :top_k
-        ]
-
-    def rank_rows(self, *args, **kwargs):
-        return self._first(self._sel.rank_rows(*args, **kwargs))
-
-    def is_recorded(self, problem):
-        return False  # decide from the predicted times, never from the records
-
-    def predicted_time_ms(self, problem, candidate_ids):
-        return {c: self._default_ms * (0.1 if c.startswith(self._space + ":") else 1.0) for c in candidate_ids}
-
-    def host_us(self, problem, candidate_ids):
-        return {}  # the route these tests exercise, whatever the records say of its host cost
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +52,11 @@ def ext():
             pytest.fail(f"the compiled path should be built here: {native.status()}")
         pytest.skip(native.status())
     return module
+
+
+def _directions(ex, route):
+    """The problems of a route's directions that have a plan (its forward, and the gradients it computed)."""
+    return [p for p in ex.directions_of(route.problem).values() if p in ex.plans]
 
 
 def _step(model, x):
@@ -101,11 +87,11 @@ def test_the_compiled_path_runs_cudnn_plans_forward_and_backward(shipped, ext, t
 
     model, x = _cudnn_model()
     y_ref, g_ref = _step(model, x)
-    ex = hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path)
+    ex = hook.Executor(**AT_ONCE, selector=_prefer(shipped, "cudnn"), cache=tmp_path)
     hook.reset_stats()
     with hook.enabled(ex):
         y, grads = _step(model, x)
-    kinds = {r.kind for r in ex._routes.values()}
+    kinds = {r.kind for r in ex.route_list()}
     assert kinds == {"compiled"}, kinds
     assert _close(y, y_ref) and all(_close(a, b) for a, b in zip(grads, g_ref))
     assert hook.stats().get("cudnn", 0) >= 5, hook.stats()  # 2 forwards, 1 dx (the first conv's x needs one), 2 dw
@@ -114,7 +100,10 @@ def test_the_compiled_path_runs_cudnn_plans_forward_and_backward(shipped, ext, t
 class PassingThrough(Preferring):
     """Every candidate predicted as fast as PyTorch's default: every convolution passes through."""
 
-    def predicted_time_ms(self, problem, candidate_ids):
+    def __init__(self, sel, space: str):
+        super().__init__(sel, space, recorded=False, host_costs=False)
+
+    def predicted_time_ms(self, problem, candidate_ids, rows=None):
         return dict.fromkeys(candidate_ids, 1.0)
 
 
@@ -129,17 +118,17 @@ def test_the_dispatch_table_runs_planned_calls_in_cpp_with_pytorchs_results(ship
     b = torch.randn(32, device="cuda")
     ref = F.conv2d(x, w, b, 1, 1)
     (ref_gx,) = torch.autograd.grad(ref.sum(), x)
-    ex = hook.Executor(selector=PassingThrough(shipped, "cudnn"), cache=tmp_path)
+    ex = hook.Executor(**AT_ONCE, selector=PassingThrough(shipped, "cudnn"), cache=tmp_path)
     hook.reset_stats()
     with hook.enabled(ex):
         outs = [F.conv2d(x, w, b, 1, 1) for _ in range(3)]  # the first plans, the next two run in C++
         y = F.conv2d(x, w, b, (1, 1), [1, 1])  # another spelling of the same signature
         with torch.autocast("cuda", dtype=torch.float16):
             half = F.conv2d(x, w, b, 1, 1)  # autocast is part of the signature: planned apart
-    assert ex.fast_run is not None and len(ex._table) == 2, len(ex._table)
-    slots = [s for r in ex._routes.values() for _, s in r.slots]
+    assert ex.dispatch.fast_run is not None and len(ex.dispatch_table()) == 2, len(ex.dispatch_table())
+    slots = [s for r in ex.route_list() for _, s in r.slots]
     assert sorted(slots) == [0, 1]  # one slot each, the two spellings sharing theirs
-    assert sum(ex._table.calls(s) for s in slots) == 3  # calls 2, 3 and 4 ran in C++
+    assert sum(ex.dispatch_table().calls(s) for s in slots) == 3  # calls 2, 3 and 4 ran in C++
     # The first call ran PyTorch's conv2d from Python, the next three from C++: the same plan, the same bits.
     assert all(torch.equal(o, outs[0]) for o in outs) and torch.equal(y, outs[0])
     assert _close(outs[0], ref, 1e-5)
@@ -163,7 +152,7 @@ def test_the_dispatch_table_leaves_tensor_subclasses_to_python(shipped, ext, tmp
 
     x = torch.randn(2, 8, 10, 10, device="cuda")
     w = torch.randn(8, 8, 3, 3, device="cuda")
-    ex = hook.Executor(selector=PassingThrough(shipped, "cudnn"), cache=tmp_path)
+    ex = hook.Executor(**AT_ONCE, selector=PassingThrough(shipped, "cudnn"), cache=tmp_path)
     with hook.enabled(ex):
         F.conv2d(x, w)
         F.conv2d(x, w)  # held by the table now
@@ -176,12 +165,12 @@ def test_the_dispatch_table_runs_compiled_routes(shipped, ext, tmp_path):
 
     model, x = _cudnn_model()
     y_ref, g_ref = _step(model, x)
-    ex = hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path)
+    ex = hook.Executor(**AT_ONCE, selector=_prefer(shipped, "cudnn"), cache=tmp_path)
     with hook.enabled(ex):
         _step(model, x)
         hook.reset_stats()
         y, grads = _step(model, x)  # every call from the table
-    held = [(r.kind, ex._table.calls(s)) for r in ex._routes.values() for _, s in r.slots]
+    held = [(r.kind, ex.dispatch_table().calls(s)) for r in ex.route_list() for _, s in r.slots]
     assert held and all(kind == "compiled" and calls == 1 for kind, calls in held), held
     assert _close(y, y_ref) and all(_close(a, b) for a, b in zip(grads, g_ref))
     assert hook.stats().get("cudnn", 0) >= 5, hook.stats()
@@ -193,7 +182,7 @@ def test_f_conv2d_is_the_compiled_dispatch_while_the_hook_is_on_in_this_thread_o
     from algosel.runtime import hook
 
     x, w = torch.randn(2, 8, 12, 12, device="cuda"), torch.randn(8, 8, 3, 3, device="cuda")
-    ex = hook.Executor(selector=PassingThrough(shipped, "cudnn"), cache=tmp_path)
+    ex = hook.Executor(**AT_ONCE, selector=PassingThrough(shipped, "cudnn"), cache=tmp_path)
     other = {}
 
     def elsewhere():  # a thread outside the block: F.conv2d is patched process-wide, but routes nothing here
@@ -206,7 +195,7 @@ def test_f_conv2d_is_the_compiled_dispatch_while_the_hook_is_on_in_this_thread_o
         F.conv2d(x, w, padding=1)
         hook.reset_stats()
         y = F.conv2d(x, w, None, padding=1)  # keywords too
-        held, from_table = hook.stats(), ex._table.calls(0)
+        held, from_table = hook.stats(), ex.dispatch_table().calls(0)
         thread = threading.Thread(target=elsewhere)
         thread.start()
         thread.join()
@@ -225,7 +214,7 @@ def test_the_dispatch_table_runs_gemm_routes_as_gemm_conv_does(shipped, ext, tmp
     cases = [(torch.randn(16, 64, 6, 6), torch.randn(96, 64, 6, 6))]  # fully connected mode
     if layout == "nhwc":
         cases.append((torch.randn(8, 64, 14, 14), torch.randn(32, 64, 1, 1)))  # 1x1, one product in NHWC
-    ex = hook.Executor(selector=Preferring(shipped, "gemm"), cache=tmp_path)
+    ex = hook.Executor(**AT_ONCE, selector=_prefer(shipped, "gemm"), cache=tmp_path)
     for x_cpu, w_cpu in cases:
         x, w, b = x_cpu.cuda().half(), w_cpu.cuda().half(), torch.randn(w_cpu.shape[0], device="cuda").half()
         if layout == "nhwc":
@@ -246,7 +235,7 @@ def test_the_dispatch_table_runs_gemm_routes_as_gemm_conv_does(shipped, ext, tmp
         with hook.enabled(ex):
             y = F.conv2d(x, w, b)
         assert torch.equal(torch.relu_(y), torch.relu(expected))  # an in-place op on the output is allowed
-    held = [(r.kind, ex._table.calls(s)) for r in ex._routes.values() for _, s in r.slots]
+    held = [(r.kind, ex.dispatch_table().calls(s)) for r in ex.route_list() for _, s in r.slots]
     assert len(held) == len(cases) and all(kind == "gemm" and calls == 2 for kind, calls in held), held
 
 
@@ -254,13 +243,13 @@ def test_cached_decisions_and_plans_need_no_planning_in_a_new_executor(shipped, 
     from algosel.runtime import hook
 
     model, x = _cudnn_model()
-    first = hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path)
+    first = hook.Executor(**AT_ONCE, selector=_prefer(shipped, "cudnn"), cache=tmp_path)
     with hook.enabled(first):
         _step(model, x)
-    second = hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path)
+    second = hook.Executor(**AT_ONCE, selector=_prefer(shipped, "cudnn"), cache=tmp_path)
     with hook.enabled(second):
         y, grads = _step(model, x)
-    plans = list(second._plans.values())
+    plans = [second.plans.get(p) for r in second.route_list() for p in _directions(second, r)]
     assert plans and all(p.runner is None and p.native_id >= 0 for p in plans if p.path == "cudnn")
     y_ref, g_ref = _step(model, x)
     assert _close(y, y_ref) and all(_close(a, b) for a, b in zip(grads, g_ref))
@@ -276,7 +265,7 @@ def test_double_backward_through_the_compiled_path(shipped, ext, tmp_path):
         return torch.autograd.grad(gx.square().sum(), list(m.parameters()))
 
     ref = second(model)
-    with hook.enabled(hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path)):
+    with hook.enabled(hook.Executor(**AT_ONCE, selector=_prefer(shipped, "cudnn"), cache=tmp_path)):
         got = second(model)
     assert all(_close(a, b, 1e-2) for a, b in zip(got, ref))
 
@@ -296,11 +285,11 @@ def test_double_backward_through_the_compiled_gemm_route(shipped, ext, tmp_path,
         return torch.autograd.grad(gx.square().sum(), list(m.parameters()))
 
     ref = second(model)
-    ex = hook.Executor(selector=Preferring(shipped, "gemm"), cache=tmp_path)
+    ex = hook.Executor(**AT_ONCE, selector=_prefer(shipped, "gemm"), cache=tmp_path)
     with hook.enabled(ex):
         second(model)  # plans
         got = second(model)  # from the table
-    assert {r.kind for r in ex._routes.values()} == {"gemm"}
+    assert {r.kind for r in ex.route_list()} == {"gemm"}
     assert all(_close(a, b, 1e-2) for a, b in zip(got, ref))
 
 
@@ -309,12 +298,12 @@ def test_verify_mode_measures_once_and_a_new_process_reuses_the_measurements(tmp
 
     x = torch.randn(256, 256, 6, 6, device="cuda", dtype=torch.float16, requires_grad=True)
     w = torch.randn(1024, 256, 6, 6, device="cuda", dtype=torch.float16, requires_grad=True)
-    ex = hook.Executor(verify=3, cache=tmp_path)
+    ex = hook.Executor(**AT_ONCE, verify=3, cache=tmp_path)
     hook.reset_stats()
     with hook.enabled(ex):
         F.conv2d(x, w).sum().backward()
     assert ex.measured_problems == 3 and hook.stats().get("gemm") == 3, hook.stats()  # fully connected: GEMM wins
-    again = hook.Executor(verify=3, cache=tmp_path)
+    again = hook.Executor(**AT_ONCE, verify=3, cache=tmp_path)
     with hook.enabled(again):
         F.conv2d(x, w).sum().backward()
     assert again.measured_problems == 0
@@ -323,19 +312,19 @@ def test_verify_mode_measures_once_and_a_new_process_reuses_the_measurements(tmp
 
 
 @pytest.mark.parametrize("device_waits", [True, False])
-def test_looking_first_times_only_where_the_device_is_busy_at_the_calls(tmp_path, monkeypatch, device_waits):
+def test_looking_first_times_only_where_the_device_is_busy_at_the_calls(tmp_path, device_waits):
     """``look_first`` on a real stream: a fully connected float16 convolution (forward only) whose calls come after
     a synchronization is never timed and passes through; queued behind a long kernel, it is timed once, after its
     8 looks, and switched without a second probation."""
-    from algosel.runtime import executor as executor_mod
+    import dataclasses
+
     from algosel.runtime import hook
 
-    monkeypatch.setattr(executor_mod, "PROBE_CALLS", 8)  # GPU tests switch at once (conftest): looking needs it
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
-    monkeypatch.setattr(executor_mod, "PROBATION_EXEMPT_GAIN_US", math.inf)  # whatever gain is predicted
+    # looking takes probe_calls (8) calls; whatever gain is predicted, none is exempt from them
+    policy = dataclasses.replace(DEFAULT_POLICY, probe_settle_s=0.0, probation_exempt_gain_us=math.inf)
     x = torch.randn(256, 256, 6, 6, device="cuda", dtype=torch.float16)
     w = torch.randn(1024, 256, 6, 6, device="cuda", dtype=torch.float16)
-    ex = hook.Executor(verify=3, cache=tmp_path, look_first=True)
+    ex = hook.Executor(verify=3, cache=tmp_path, look_first=True, policy=policy, device_probe=CudaWithoutTrials())
     hook.reset_stats()
     with hook.enabled(ex), torch.no_grad():
         for _ in range(12):
@@ -346,7 +335,7 @@ def test_looking_first_times_only_where_the_device_is_busy_at_the_calls(tmp_path
             y = F.conv2d(x, w)
     torch.cuda.synchronize()
     assert _close(y, F.conv2d(x, w), 1e-2)
-    (route,) = ex._routes.values()
+    (route,) = ex.route_list()
     seen = (ex.measured_problems, route.kind, route.reasons, hook.stats(), ex.looks.calls, ex.looks.busy)
     assert route.probe is None and route.key is None, seen
     if device_waits:
@@ -363,7 +352,7 @@ def test_cuda_graph_replay_gives_the_eager_results(shipped, tmp_path):
     model = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(64, 16, 28))
     model = model.cuda().half()
     x = torch.randn(16, 32, 28, 28, device="cuda", dtype=torch.float16)
-    ex = hook.Executor(selector=Preferring(shipped, "gemm"), cache=tmp_path)
+    ex = hook.Executor(**AT_ONCE, selector=_prefer(shipped, "gemm"), cache=tmp_path)
     with hook.enabled(ex):
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -379,7 +368,7 @@ def test_cuda_graph_replay_gives_the_eager_results(shipped, tmp_path):
     torch.cuda.synchronize()
     with torch.no_grad():
         expected = model(x)
-    assert "gemm" in {p.path for p in ex._plans.values()}
+    assert "gemm" in {ex.plans.get(p).path for r in ex.route_list() for p in _directions(ex, r)}
     assert _close(captured, expected) and eager.shape == captured.shape
 
 
@@ -389,7 +378,7 @@ def test_torch_compile_keeps_the_convolutions_in_the_graph_on_gpu(shipped, tmp_p
     model, x = _cudnn_model()
     ref = model(x)
     torch._dynamo.reset()
-    hook.enable(hook.Executor(selector=Preferring(shipped, "cudnn"), cache=tmp_path))
+    hook.enable(hook.Executor(**AT_ONCE, selector=_prefer(shipped, "cudnn"), cache=tmp_path))
     try:
         explained = torch._dynamo.explain(model)(x)
         compiled = torch.compile(model)
@@ -427,7 +416,7 @@ def test_networks_that_crashed_under_the_hook_train(shipped, name, amp, tmp_path
     loss_ref, grads_ref = step()
     for space in ("gemm", "cudnn"):
         hook.reset_stats()
-        with hook.enabled(hook.Executor(selector=Preferring(shipped, space), cache=tmp_path / space)):
+        with hook.enabled(hook.Executor(**AT_ONCE, selector=_prefer(shipped, space), cache=tmp_path / space)):
             loss, grads = step()
         assert torch.isfinite(loss) and abs(float(loss) - float(loss_ref)) <= 2e-2 * abs(float(loss_ref)) + 1e-6
         assert len(grads) == len(grads_ref)
@@ -444,20 +433,21 @@ def test_predict_measure_times_the_shortlist_and_puts_the_fastest_first():
 
 
 @pytest.mark.parametrize(("device_waits", "default_ms"), [(False, 0.1), (True, 0.1), (True, 2.0)])
-def test_a_switch_is_made_where_the_device_is_busy_and_dropped_where_it_waits(shipped, ext, tmp_path, monkeypatch,
+def test_a_switch_is_made_where_the_device_is_busy_and_dropped_where_it_waits(shipped, ext, tmp_path,
                                                                               device_waits, default_ms):  # fmt: skip
     """Probation (executor module docstring) on a real stream: calls queued behind a long kernel find the device
     busy and get their switch; calls after a synchronization find it idle and keep PyTorch's path. A switch
-    predicted to save 1.8 ms a call (``PROBATION_EXEMPT_GAIN_US``) is made at once, the device idle or not."""
-    from algosel.runtime import executor as executor_mod
+    predicted to save 1.8 ms a call (``probation_exempt_gain_us``) is made at once, the device idle or not."""
+    import dataclasses
+
     from algosel.runtime import hook
 
-    monkeypatch.setattr(executor_mod, "PROBE_CALLS", 8)
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
+    policy = dataclasses.replace(DEFAULT_POLICY, probe_settle_s=0.0)  # probe_calls: 8
     model, x = _cudnn_model()
     x = x.detach()
-    ex = hook.Executor(selector=Preferring(shipped, "cudnn", default_ms), cache=tmp_path)  # gain: 90 or 1800 us
-    exempt = 900 * default_ms >= executor_mod.PROBATION_EXEMPT_GAIN_US
+    ex = hook.Executor(policy=policy, device_probe=CudaWithoutTrials(), selector=_prefer(shipped, "cudnn", default_ms),
+                       cache=tmp_path)  # gain: 90 or 1800 us
+    exempt = 900 * default_ms >= policy.probation_exempt_gain_us
     hook.reset_stats()
     with hook.enabled(ex), torch.no_grad():
         for _ in range(12):
@@ -474,23 +464,23 @@ def test_a_switch_is_made_where_the_device_is_busy_and_dropped_where_it_waits(sh
     s = hook.stats()
     if exempt:
         assert set(s) == {"cudnn"}, s  # switched from the first call: no call probed
-        assert all(r.kind == "compiled" and r.probe is None for r in ex._routes.values())
+        assert all(r.kind == "compiled" and r.probe is None for r in ex.route_list())
         return
     if device_waits:
         assert set(s) == {"pytorch:probing the device", "pytorch:device idle at the call"}, s
-        assert all(r.kind == "native" for r in ex._routes.values())
+        assert all(r.kind == "native" for r in ex.route_list())
     else:
-        assert s.get("cudnn", 0) >= 2 and all(r.kind == "compiled" for r in ex._routes.values()), s
-        assert ex.fast_run is not None and len(ex._table) == 2  # held in the C++ table once decided
+        assert s.get("cudnn", 0) >= 2 and all(r.kind == "compiled" for r in ex.route_list()), s
+        assert ex.dispatch.fast_run is not None and len(ex.dispatch_table()) == 2  # held in the C++ table once decided
     assert s["pytorch:probing the device"] == 2 * 7  # two convolutions, 7 calls each before the 8th decides
 
 
 def test_the_step_trials_clock_reads_block_spans_on_the_devices_timeline():
     """A span is read once the device has passed its end (None before), and it measures the device's work: a kernel
     spinning four times as long spans about four times as long."""
-    from algosel.runtime.trial import block_clock
+    from algosel.runtime.device import CudaDevice
 
-    clock = block_clock(torch.device("cuda"))
+    clock = CudaDevice().block_clock(torch.device("cuda"))
     torch.cuda.synchronize()
     spans = []
     for cycles in (4_000_000, 16_000_000):
@@ -504,18 +494,16 @@ def test_the_step_trials_clock_reads_block_spans_on_the_devices_timeline():
     assert spans[0] > 0.5 and 2.5 < spans[1] / spans[0] < 5.5, spans
 
 
-def test_a_step_trial_drops_switches_that_do_not_shorten_device_bound_blocks(shipped, ext, tmp_path, monkeypatch):
+def test_a_step_trial_drops_switches_that_do_not_shorten_device_bound_blocks(shipped, ext, tmp_path):
     """Blocks whose device time is a long kernel beside two small convolutions: with the switches (cuDNN plans
     through the compiled path and its C++ table) and without, the spans differ by far less than the margin, so the
     trial drops them; the routes then run as PyTorch's (a new table), and the executor steps aside."""
-    from algosel.runtime import executor as executor_mod
     from algosel.runtime import hook
-    from algosel.runtime.trial import DROP, block_clock
+    from algosel.runtime.trial import DROP
 
-    monkeypatch.setattr(executor_mod, "block_clock", block_clock)  # the conftest turns trials off for GPU tests
     model, x = _cudnn_model()
     x = x.detach()
-    ex = hook.Executor(selector=Preferring(shipped, "cudnn", 0.1), cache=tmp_path)
+    ex = hook.Executor(probe_calls=0, selector=_prefer(shipped, "cudnn", 0.1), cache=tmp_path)
     table_before = None
     with torch.no_grad():
         for block in range(2 + 2 * 8 + 1):
@@ -528,12 +516,12 @@ def test_a_step_trial_drops_switches_that_do_not_shorten_device_bound_blocks(shi
                 torch.cuda._sleep(10_000_000)  # ~5 ms: the device decides the block's time
                 y = model(x)
             if block == 2:  # planned in the first block, quiet in the second: the trial's first block
-                assert all(r.kind == "compiled" for r in ex._routes.values()) and ex.trial is not None
-                table_before = ex._table
+                assert all(r.kind == "compiled" for r in ex.route_list()) and ex.trial is not None
+                table_before = ex.dispatch_table()
     torch.cuda.synchronize()
     assert ex.trial_verdict == DROP, (ex.trial_verdict, ex.trial_ratio)
     assert 0.99 < ex.trial_ratio < 1.01
-    assert all(r.kind == "native" for r in ex._routes.values())
-    assert set(ex.route_reasons()) == {f"pytorch:{executor_mod.TRIAL_SAME}"}
-    assert ex._table is not table_before and ex.blocks_aside > 0
+    assert all(r.kind == "native" for r in ex.route_list())
+    assert set(ex.route_reasons()) == {"pytorch:step as fast without the switches"}
+    assert ex.dispatch_table() is not table_before and ex.blocks_aside > 0
     assert _close(y, model(x))

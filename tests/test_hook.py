@@ -13,8 +13,18 @@ import torch.nn.functional as F
 
 from algosel.learn.selector import Selector
 from algosel.problem import ConvProblem
-from algosel.runtime import executor as executor_mod
 from algosel.runtime import hook
+from algosel.runtime.plans import Plan, compiled_plans
+from algosel.runtime.policy import DEFAULT_POLICY, fastest, host_extra_us, pruned_shortlist, worth_a_closer_look
+from algosel.runtime.standins import (
+    DefaultTakes,
+    FakeDevice,
+    LiveList,
+    ManualClock,
+    Preferring,
+    ScriptedMeasurer,
+    WithoutTimeModel,
+)
 from algosel.spaces.base import PreparedCandidate
 
 
@@ -25,24 +35,11 @@ def shipped():
     return Selector.load(default_model_dir())
 
 
-class Predicting:
-    """A selector with a time predictor that says GEMM lowering takes a fifth of PyTorch's default time, and that
-    ranks GEMM lowering first where it applies (the hook's decision is what is tested here, not the model's
+def Predicting(sel: Selector, gemm_ratio: float = 0.2, default_ms: float = 1.0) -> Preferring:  # noqa: N802
+    """A selector with a time predictor that says GEMM lowering takes ``gemm_ratio`` of PyTorch's default time, and
+    that ranks GEMM lowering first where it applies (the hook's decision is what is tested here, not the model's
     predictions or ranks)."""
-
-    def __init__(self, sel: Selector, gemm_ratio: float = 0.2, default_ms: float = 1.0):
-        self._sel, self._ratio, self._default_ms = sel, gemm_ratio, default_ms
-
-    def __getattr__(self, name):
-        return getattr(self._sel, name)
-
-    def choose(self, problem, max_workspace_bytes=None, deterministic=False, top_k=1, live=False):
-        ranked = self._sel.choose(problem, max_workspace_bytes, deterministic, top_k=10_000, live=live)
-        ranked = sorted(ranked, key=lambda c: not c.candidate_id.startswith("gemm:"))  # stable: the model's order
-        return ranked[:top_k]
-
-    def predicted_time_ms(self, problem, candidate_ids):
-        return {c: self._default_ms * (self._ratio if c.startswith("gemm:") else 1.0) for c in candidate_ids}
+    return Preferring(sel, "gemm", gemm_ratio, default_ms)
 
 
 @pytest.fixture
@@ -52,7 +49,7 @@ def executor(shipped):
     return hook.Executor(selector=Predicting(shipped), live=False)
 
 
-REF = hook._original_conv2d  # PyTorch's own conv2d, whatever the switches say
+REF = hook.original_conv2d  # PyTorch's own conv2d, whatever the switches say
 
 
 def _compare(fn_ref, fn_hook, inputs, atol=1e-4, rtol=1e-4):
@@ -79,18 +76,6 @@ def test_fully_connected_mode_runs_as_gemm_forward_and_backward(executor):
     assert s.get("gemm", 0) == 3, s  # forward, grad-input and grad-weight all lowered to matmuls
 
 
-class WithoutTimeModel:
-    """The shipped selector as a model trained without a time model sees it."""
-
-    time_model = None
-
-    def __init__(self, sel):
-        self._sel = sel
-
-    def __getattr__(self, name):
-        return getattr(self._sel, name)
-
-
 def test_an_unrecorded_problem_without_a_gain_estimate_passes_through(shipped):
     """A network the model knows nothing about runs at PyTorch's speed: no records, no measurement, no predicted
     times, no switch."""
@@ -111,22 +96,22 @@ def test_a_predicted_gain_too_small_to_pay_passes_through(shipped):
     assert hook.stats() == {"pytorch:gain below the threshold": 1}
 
 
-class UnrecordedPredicting(Predicting):
-    """... and with every problem unrecorded, so that each is decided by its predicted times."""
+class UnrecordedPredicting(Preferring):
+    """... with every problem unrecorded, so that each is decided by its predicted times."""
 
-    def is_recorded(self, problem):
-        return False
+    def __init__(self, sel: Selector, gemm_ratio: float = 0.2, default_ms: float = 1.0):
+        super().__init__(sel, "gemm", gemm_ratio, default_ms, recorded=False)
 
 
 def test_far_from_the_records_a_predicted_switch_needs_the_larger_margin(shipped):
     """Predicted times are extrapolations far from the recorded problems: there a switch needs
-    MIN_PREDICTED_RATIO_FAR, near them MIN_PREDICTED_RATIO."""
+    min_predicted_ratio_far, near them min_predicted_ratio."""
     near = ConvProblem(n=128, c=1024, k=160, h=3, w=3, r=3, s=3)  # fully connected; recorded in the shipped records
     far = ConvProblem(n=5, c=1024, k=160, h=3, w=3, r=3, s=3)
     assert shipped.records_distance(near) == 0.0
-    assert shipped.records_distance(far) > executor_mod.NEAR_RECORDS_DISTANCE
+    assert shipped.records_distance(far) > DEFAULT_POLICY.near_records_distance
     ratio = 0.5  # predicted twice as fast: between the two margins
-    assert executor_mod.MIN_PREDICTED_RATIO <= 1 / ratio < executor_mod.MIN_PREDICTED_RATIO_FAR
+    assert DEFAULT_POLICY.min_predicted_ratio <= 1 / ratio < DEFAULT_POLICY.min_predicted_ratio_far
     for problem, ratio, expected in ((near, 0.5, "gemm"), (far, 0.5, "pytorch:gain below the threshold"),
                                      (far, 0.2, "gemm")):  # fmt: skip
         hook.reset_stats()
@@ -137,37 +122,31 @@ def test_far_from_the_records_a_predicted_switch_needs_the_larger_margin(shipped
         assert hook.stats() == {expected: 1}, (problem.key, ratio)
 
 
-class DefaultTakes(UnrecordedPredicting):
-    """... whose PyTorch's default takes ``default_us`` and every other candidate ``others_us`` (default: none
-    faster), every problem at ``distance`` from the records (default: near them)."""
+class _Raising:
+    """A measurer that raises when asked to time: whether verify mode times a problem."""
 
-    def __init__(self, sel, default_us: float, others_us: float | None = None, distance: float = 0.0):
-        super().__init__(sel)
-        self._default_us, self._others_us = default_us, default_us if others_us is None else others_us
-        self._distance = distance
+    def __init__(self):
+        self.calls = 0
 
-    def records_distance(self, problem):
-        return self._distance
+    def measure_candidates(self, problem, pairs, source="", deadline_s=None):
+        self.calls += 1
+        raise RuntimeError("timed")
 
-    def predicted_time_ms(self, problem, candidate_ids):
-        return {c: (self._default_us if c == "pytorch:default" else self._others_us) / 1e3 for c in candidate_ids}
+
+def _verifying(selector, **kw):
+    """A verify-mode executor that can time on the CPU with ``measurer`` (default: one that raises)."""
+    kw.setdefault("measurer", _Raising())
+    return hook.Executor(selector=selector, live=kw.pop("live", False), verify=3, cache=False,
+                         device_probe=FakeDevice(can_time=True), **kw)  # fmt: skip
 
 
 def _timed(ex, problem):
-    """Whether verify mode times ``problem`` (its timer raises here), else its decision."""
-    calls = []
-
-    def verifier():
-        calls.append(1)
-        raise RuntimeError("timed")
-
-    ex._verifier = verifier
+    """Whether verify mode times ``problem`` (its measurer raises), else its decision."""
     try:
-        decision = ex._measure(problem)
+        decision = ex.decide(problem, torch.device("cpu"))
     except RuntimeError as exc:
-        assert str(exc) == "timed" and calls
+        assert str(exc) == "timed"
         return True, None
-    assert not calls
     return False, decision
 
 
@@ -175,11 +154,11 @@ def _timed(ex, problem):
 def test_verify_mode_does_not_time_a_problem_too_short_to_pay(shipped, default_us, timed):
     """Under the least gain / VERIFY_SKIP_FACTOR (20 us / 2) of predicted default time, nothing is timed (the
     other candidates predicted to take nothing: the predicted gain is the default's whole time)."""
-    ex = hook.Executor(selector=DefaultTakes(shipped, default_us, 0.0), live=False, verify=3, cache=False)
+    ex = _verifying(DefaultTakes(shipped, default_us, 0.0))
     got, decision = _timed(ex, ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1))
     assert got == timed
     if not timed:
-        assert (decision.candidate_id, decision.reason) == ("pytorch:default", executor_mod.TOO_SHORT_TO_PAY)
+        assert (decision.candidate_id, decision.reason) == ("pytorch:default", "predicted shorter than the least gain")
 
 
 @pytest.mark.parametrize(("default_us", "others_us", "timed"), [
@@ -192,11 +171,11 @@ def test_verify_mode_times_a_problem_whatever_its_predicted_gain_unless_asked_to
                                                                                        others_us, timed):  # fmt: skip
     """The model's predicted gain misses what problems the records lack gain (``Executor.shortlist_to_time``): verify
     mode times every problem whose default is not too short to pay; ``gain_filter=True`` is the filter it had."""
-    ex = hook.Executor(selector=DefaultTakes(shipped, default_us, others_us), live=False, verify=3, cache=False)
+    ex = _verifying(DefaultTakes(shipped, default_us, others_us))
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
     assert _timed(ex, problem) == (True, None)
     ids, why = ex.shortlist_to_time(problem, gain_filter=True)
-    assert bool(ids) == timed and why == ("" if timed else executor_mod.PREDICTED_GAIN_TOO_SMALL)
+    assert bool(ids) == timed and why == ("" if timed else "predicted gain under the least gain")
 
 
 @pytest.mark.parametrize(("default_us", "others_us", "queried", "switched"), [
@@ -209,38 +188,40 @@ def test_prediction_mode_queries_cudnns_live_list_only_where_a_gain_is_predicted
                                                                                  queried, switched):  # fmt: skip
     """Querying cuDNN's lists costs ~50 ms a problem on the H200: prediction mode decides from the nearest recorded
     problem's list, and ranks the live list (its decision then) only where that predicts a gain worth a look."""
-    ex = hook.Executor(selector=DefaultTakes(shipped, default_us, others_us), live=True, cache=False)
+    selector = DefaultTakes(shipped, default_us, others_us)
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
-    asked = []
 
-    def live_choices(p, k):  # the live list's top: the nearest list's last candidates
-        asked.append((p, k))
+    def live_choices(p, k, modes=None):  # the live list's top: the nearest list's last candidates
         return [c for c in shipped.choose(p, top_k=200) if c.candidate_id != "pytorch:default"][-k:]
 
-    ex._live_choices = live_choices
-    decision = ex._decide(problem, torch.device("cuda"))  # a device object: nothing here runs on a GPU
-    assert asked == ([(problem, executor_mod.PREDICT_TOP_K)] if queried else [])
+    source = LiveList(selector, live_choices)
+    ex = hook.Executor(selector=selector, candidates=source, cache=False)
+    decision = ex.decide(problem, torch.device("cuda"))  # a device object: nothing here runs on a GPU
+    top_k = DEFAULT_POLICY.predict_top_k
+    assert source.asked == ([(problem, top_k, None)] if queried else [])
     assert decision.source == "predicted"
     assert decision.passes_through != switched
     if switched:  # the live list's first (every candidate but the default is predicted to take the same)
-        assert decision.candidate_id == live_choices(problem, executor_mod.PREDICT_TOP_K)[0].candidate_id
-    assert executor_mod.worth_a_closer_look(decision.times_ms, ex.min_gain_us) == queried
+        assert decision.candidate_id == live_choices(problem, top_k)[0].candidate_id
+    assert worth_a_closer_look(ex.policy, decision.times_ms) == queried
 
 
 def test_without_a_time_model_prediction_mode_queries_no_live_list(shipped):
-    ex = hook.Executor(selector=WithoutTimeModel(shipped), live=True, cache=False)
-    ex._live_choices = lambda p, k: pytest.fail("queried cuDNN's live list")
-    decision = ex._decide(ConvProblem(n=3, c=5, k=7, h=9, w=9, r=3, s=3), torch.device("cuda"))
-    assert decision.passes_through
+    selector = WithoutTimeModel(shipped)
+    source = LiveList(selector, lambda p, k, modes=None: pytest.fail("queried cuDNN's live list"))
+    ex = hook.Executor(selector=selector, candidates=source, cache=False)
+    decision = ex.decide(ConvProblem(n=3, c=5, k=7, h=9, w=9, r=3, s=3), torch.device("cuda"))
+    assert decision.passes_through and not source.asked
 
 
 def test_verify_mode_times_only_candidates_predicted_within_the_ratio_of_the_default(shipped):
     """Building a plan costs more than timing it: of the shortlist, only the candidates predicted no slower than
     PyTorch's default are built and timed, the first one always."""
-    assert executor_mod.pruned_shortlist(["a", "b", "c"], {"a": 1.2, "b": 0.9, "c": 1.0, "pytorch:default": 1.0}) == [
+    ratio = DEFAULT_POLICY.verify_max_predicted_ratio
+    assert pruned_shortlist(["a", "b", "c"], {"a": 1.2, "b": 0.9, "c": 1.0, "pytorch:default": 1.0}, ratio) == [
         "b", "c"]  # fmt: skip
-    assert executor_mod.pruned_shortlist(["a", "b"], {"a": 2.0, "b": 3.0, "pytorch:default": 1.0}) == ["a"]
-    assert executor_mod.pruned_shortlist(["a", "b"], {"a": 2.0}) == ["a", "b"]  # no time for the default: all
+    assert pruned_shortlist(["a", "b"], {"a": 2.0, "b": 3.0, "pytorch:default": 1.0}, ratio) == ["a"]
+    assert pruned_shortlist(["a", "b"], {"a": 2.0}, ratio) == ["a", "b"]  # no time for the default: all
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
     slower = hook.Executor(selector=DefaultTakes(shipped, 200.0, 250.0), live=False, verify=3, cache=False)
     ids, why = slower.shortlist_to_time(problem)  # a long default is looked at, but nothing is predicted faster
@@ -249,7 +230,7 @@ def test_verify_mode_times_only_candidates_predicted_within_the_ratio_of_the_def
     assert len(faster.shortlist_to_time(problem)[0]) == 3
 
 
-FAR = executor_mod.NEAR_RECORDS_DISTANCE + 0.5
+FAR = DEFAULT_POLICY.near_records_distance + 0.5
 
 
 def test_verify_mode_times_the_live_lists_top_near_the_records_or_far(shipped):
@@ -257,57 +238,55 @@ def test_verify_mode_times_the_live_lists_top_near_the_records_or_far(shipped):
     predicted gain, near the records or far, pruned by the predicted times. ``live=False``: the nearest recorded
     list, without a query."""
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
-    asked = []
 
     def live_choices(p, k, modes=None):  # the live list's top: the nearest list's last candidates
-        asked.append((p, k, modes))
         return [c for c in shipped.choose(p, top_k=200) if c.candidate_id != "pytorch:default"][-k:]
+
+    def executor(selector):
+        source = LiveList(selector, live_choices)
+        return hook.Executor(selector=selector, candidates=source, verify=3, cache=False), source
 
     top = [c.candidate_id for c in live_choices(problem, 4)][:3]
     nearest = [c.candidate_id for c in shipped.choose(problem, top_k=5) if c.candidate_id != "pytorch:default"][:3]
-    for distance in (0.0, executor_mod.NEAR_RECORDS_DISTANCE, FAR):
+    for distance in (0.0, DEFAULT_POLICY.near_records_distance, FAR):
         # 9 us predicted to be saved: under 20 us / 2, which the filter verify mode had near the records skipped
-        ex = hook.Executor(selector=DefaultTakes(shipped, 50.0, 41.0, distance), live=True, verify=3, cache=False)
-        ex._live_ok = lambda: True
-        ex._live_choices = live_choices
-        asked.clear()
+        ex, source = executor(DefaultTakes(shipped, 50.0, 41.0, distance))
         assert ex.far_from_records(problem) == (distance == FAR)
         assert ex.shortlist_to_time(problem) == (top, "")
         # the verify + 1 first (PyTorch's default may be among them), of heuristic modes A's and FALLBACK's lists
-        assert asked == [(problem, 4, ("a", "fallback"))] and asked[0][2] == executor_mod.VERIFY_LIVE_MODES
+        assert source.asked == [(problem, 4, ("a", "fallback"))]
+        assert source.asked[0][2] == DEFAULT_POLICY.verify_live_modes
         # looking first decides from the nearest list: no live query before the looks found the device busy
-        asked.clear()
-        assert ex.shortlist_to_time(problem, live=False)[0] == nearest and not asked
+        source.asked.clear()
+        assert ex.shortlist_to_time(problem, live=False)[0] == nearest and not source.asked
     # every candidate predicted slower than the default: the first one only near the records; far from them, where
-    # the predicted times are extrapolations, all within VERIFY_MAX_PREDICTED_RATIO_FAR (3x) of the default's
-    far_ratio = executor_mod.VERIFY_MAX_PREDICTED_RATIO_FAR
+    # the predicted times are extrapolations, all within verify_max_predicted_ratio_far (3x) of the default's
+    far_ratio = DEFAULT_POLICY.verify_max_predicted_ratio_far
     for distance, other_us, kept in ((0.0, 60.0, 1), (FAR, 60.0, 3), (FAR, 50.0 * far_ratio + 1.0, 1)):
-        slower = hook.Executor(selector=DefaultTakes(shipped, 50.0, other_us, distance), live=True, verify=3,
-                               cache=False)  # fmt: skip
-        slower._live_ok, slower._live_choices = (lambda: True), live_choices
+        slower, _ = executor(DefaultTakes(shipped, 50.0, other_us, distance))
         assert slower.shortlist_to_time(problem) == (top[:kept], "")
         assert slower.shortlist_to_time(problem, prune=False) == (top, "")
 
 
 def test_far_from_the_records_a_default_too_short_to_pay_is_still_not_timed(shipped):
-    ex = hook.Executor(selector=DefaultTakes(shipped, 5.0, 0.0, FAR), live=True, verify=3, cache=False)
-    ex._live_choices = lambda p, k: pytest.fail("queried cuDNN's live list")
+    selector = DefaultTakes(shipped, 5.0, 0.0, FAR)
+    source = LiveList(selector, lambda p, k, modes=None: pytest.fail("queried cuDNN's live list"))
+    ex = hook.Executor(selector=selector, candidates=source, verify=3, cache=False)
     ids, why = ex.shortlist_to_time(ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1))
-    assert (ids, why) == ([], executor_mod.TOO_SHORT_TO_PAY)
+    assert (ids, why) == ([], "predicted shorter than the least gain")
 
 
 def test_far_from_the_records_without_cudnns_lists_the_nearest_list_is_timed(shipped):
     """On a machine where cuDNN's live list cannot be queried, a far problem's shortlist is the nearest list's."""
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
     ex = hook.Executor(selector=DefaultTakes(shipped, 50.0, 41.0, FAR), live=False, verify=3, cache=False)
-    ex._live_choices = lambda p, k: pytest.fail("queried cuDNN's live list")
     nearest = [c.candidate_id for c in shipped.choose(problem, top_k=5) if c.candidate_id != "pytorch:default"][:3]
     assert ex.shortlist_to_time(problem) == (nearest, "")
 
 
 def test_without_a_time_model_verify_mode_times_every_problem(shipped):
-    ex = hook.Executor(selector=WithoutTimeModel(shipped), live=False, verify=3, cache=False)
-    assert not ex._too_short_to_pay(ConvProblem(n=1, c=8, k=8, h=4, w=4, r=1, s=1))
+    ex = _verifying(WithoutTimeModel(shipped))
+    assert _timed(ex, ConvProblem(n=1, c=8, k=8, h=4, w=4, r=1, s=1))[0]  # no estimate that it is too short
 
 
 @pytest.mark.parametrize("switch", ["cudnn.deterministic", "use_deterministic_algorithms"])
@@ -375,7 +354,7 @@ def test_an_in_place_op_after_a_lowered_conv_trains(executor):
     with hook.enabled(executor):
         y = model(x)
         y.sum().backward()
-        route_kinds = {r.kind for r in executor._routes.values()}
+        route_kinds = {r.kind for r in executor.route_list()}
     ref(xr).sum().backward()
     assert "function" in route_kinds
     torch.testing.assert_close(y, ref(xr), atol=1e-4, rtol=1e-4)
@@ -439,20 +418,62 @@ def test_bad_input_gives_pytorchs_own_error(executor, make):
     assert str(got.value) == str(expected.value)
 
 
-class _Broken(PreparedCandidate):
+class _BrokenRunner(PreparedCandidate):
     def run(self, ops):
         raise RuntimeError("kernel launch failed")
 
 
-def test_a_failing_candidate_falls_back_and_is_counted(executor):
+@pytest.fixture
+def broken_space():
+    """A candidate space whose one candidate builds and fails at run time (on every direction)."""
+    from algosel import spaces
+    from algosel.spaces.base import Candidate, CandidateSpace
+
+    class BrokenSpace(CandidateSpace):
+        name = "broken"
+        from_lists = False
+
+        def enumerate(self, problem):
+            return self.offline_candidates(problem)
+
+        def offline_candidates(self, problem):
+            return [Candidate("broken", "x", problem.direction)]
+
+        def prepare(self, problem, candidate):
+            return _BrokenRunner()
+
+    spaces.register(BrokenSpace)
+    try:
+        yield BrokenSpace
+    finally:
+        spaces.unregister("broken")
+
+
+class _PrefersBroken(UnrecordedPredicting):
+    """Chooses the broken space's candidate, predicted ten times faster than PyTorch's default."""
+
+    def choose(self, problem, max_workspace_bytes=None, deterministic=False, top_k=1, live=False):
+        from algosel.learn.selector import Choice
+
+        return [Choice(candidate_id="broken:x", space="broken", engine_id=-1, knobs="", score=1.0,
+                       workspace_bytes=0, source="records")]  # fmt: skip
+
+    def predicted_time_ms(self, problem, candidate_ids, rows=None):
+        return {c: 0.1 if c == "broken:x" else 1.0 for c in candidate_ids}
+
+
+def test_a_failing_candidate_falls_back_and_is_counted(shipped, broken_space):
+    hook.reset_stats()
+    ex = hook.Executor(selector=_PrefersBroken(shipped), live=False, cache=False)
     p = ConvProblem(n=2, c=16, k=8, h=3, w=3, r=3, s=3, dtype="float32")
-    executor._plans[p] = executor_mod._Plan(_Broken(), "cudnn")
     x, w = torch.randn(p.x_shape), torch.randn(p.w_shape)
-    with hook.enabled(executor):
+    with hook.enabled(ex):
         got = F.conv2d(x, w)
-    torch.testing.assert_close(got, REF(x, w))
-    assert hook.stats().get("fallback:RuntimeError") == 1
-    assert executor._plans[p].runner is None  # not retried on every call
+        torch.testing.assert_close(got, REF(x, w))
+        assert hook.stats() == {"fallback:RuntimeError": 1}
+        torch.testing.assert_close(F.conv2d(x, w), REF(x, w))
+    assert hook.stats() == {"fallback:RuntimeError": 1, "pytorch:chosen candidate failed": 1}  # not retried
+    assert ex.plans.get(p).path == "pytorch:chosen candidate failed"
 
 
 def test_switches_restore_pytorchs_conv2d(executor):
@@ -474,16 +495,15 @@ def test_switches_restore_pytorchs_conv2d(executor):
 def test_enabled_blocks_share_one_executor_per_configuration(shipped, monkeypatch):
     """A `with enabled():` around every training step plans each convolution once (it made ResNet-50 24x slower
     when every block made a new executor)."""
-    made = []
-    real = executor_mod.Executor.__init__
-    monkeypatch.setattr(executor_mod.Executor, "__init__", lambda self, **kw: made.append(kw) or real(self, **kw))
     x, w = torch.randn(2, 8, 11, 9), torch.randn(12, 8, 3, 3)
+    seen = []
     for _ in range(3):
         with hook.enabled(selector=shipped, live=False) as ex:
             F.conv2d(x, w)
+            seen.append(ex)
     with hook.enabled(selector=shipped, live=False, verify=2) as other:
         F.conv2d(x, w)
-    assert len(made) == 2 and other is not ex and len(ex._routes) == 1
+    assert seen == [ex] * 3 and other is not ex and len(ex.route_list()) == 1
     with pytest.raises(ValueError, match="not both"):
         with hook.enabled(ex, verify=1):
             pass
@@ -509,7 +529,7 @@ def test_repeated_calls_reuse_the_route_and_are_all_counted(executor):
             got = F.conv2d(x, w, None, [2, 1], [1, 1], [1, 1], 1)  # list arguments, as F.conv2d accepts them
     torch.testing.assert_close(got, REF(x, w, None, (2, 1), (1, 1)))
     assert sum(hook.stats().values()) == 5, hook.stats()  # no grad needed: one direction per call
-    assert len(executor._routes) == 1
+    assert len(executor.route_list()) == 1
     hook.reset_stats()
     assert hook.stats() == {}
 
@@ -525,7 +545,7 @@ def test_fully_connected_mode_runs_as_plain_differentiable_gemms_when_matmul_tf3
     try:
         with hook.enabled(executor):
             y = _compare(REF, F.conv2d, [x, w, b], atol=1e-3, rtol=1e-3)
-            route = next(iter(executor._routes.values()))
+            (route,) = executor.route_list()
     finally:
         matmul.allow_tf32 = saved
     assert route.kind == "gemm" and "Conv2dFunction" not in type(y.grad_fn).__name__
@@ -597,26 +617,25 @@ def test_record_mode_keeps_the_unrecorded_problems_met_with_call_counts(shipped,
         if recorded.direction == "fwd" and recorded.dtype == "float32" and recorded.layout == "nchw":
             F.conv2d(xr, wr, None, (recorded.stride_h, recorded.stride_w), (recorded.pad_h, recorded.pad_w),
                      (recorded.dilation_h, recorded.dilation_w), recorded.groups)  # fmt: skip
-    ex._recorder.flush()
+    ex.recorder.flush()
     layers = load_layers(path)
     assert len(layers) == 1 and int(layers["calls"].iloc[0]) == 3
     assert int(layers["n"].iloc[0]) == 2 and int(layers["c"].iloc[0]) == 8 and int(layers["stride_h"].iloc[0]) == 2
     # an environment variable does the same for code that cannot pass record=
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "from_env.csv"))
-    assert hook.Executor(selector=shipped, live=False)._recorder.path.name == "from_env.csv"
+    assert hook.Executor(selector=shipped, live=False).recorder.path.name == "from_env.csv"
 
 
 def test_gemm_mixed_with_other_paths_passes_through_where_the_compiled_path_runs_the_rest():
     """A GEMM direction beside a cuDNN plan or a pass-through would need the Python Function (host time the switch
     rule does not charge): with the compiled path, that direction passes through; an all-GEMM convolution keeps
     its GEMMs."""
-    plan = executor_mod._Plan
-    gemm, cudnn, native = plan(object(), "gemm"), plan(None, "cudnn", native_id=4), plan(None, "pytorch:fastest")
-    mixed = executor_mod.compiled_plans([gemm, cudnn, native])
+    gemm, cudnn, native = Plan(object(), "gemm"), Plan(None, "cudnn", native_id=4), Plan(None, "pytorch:fastest")
+    mixed = compiled_plans([gemm, cudnn, native])
     assert [p.path for p in mixed] == ["pytorch:gemm mixed with other paths", "cudnn", "pytorch:fastest"]
     assert mixed[0].runner is None and mixed[0].native_id < 0 and mixed[1] is cudnn and mixed[2] is native
-    assert executor_mod.compiled_plans([gemm, gemm]) == [gemm, gemm]
-    assert executor_mod.compiled_plans([cudnn, native]) == [cudnn, native]
+    assert compiled_plans([gemm, gemm]) == [gemm, gemm]
+    assert compiled_plans([cudnn, native]) == [cudnn, native]
 
 
 class _OneDecisionCache:
@@ -644,11 +663,11 @@ def test_a_cached_decision_is_judged_again_by_this_executors_rule(shipped, min_g
                        {"gemm:fc": 0.010, "pytorch:default": 0.030})  # fmt: skip
     if expected == "pytorch:default":
         written = Decision(problem.key, "gemm:fc", "measured", "", written.times_ms)
-    ex = hook.Executor(selector=shipped, live=False, min_gain_us=min_gain_us)
-    ex._cache, ex._cache_checked = _OneDecisionCache(written), True
+    cache = _OneDecisionCache(written)
+    ex = hook.Executor(selector=shipped, live=False, min_gain_us=min_gain_us, cache=cache)
     got = ex.decide(problem, torch.device("cuda"))  # a device object only: the cache is read on GPUs
     assert got.candidate_id == expected and got.source == "measured"
-    assert got.times_ms == written.times_ms and ex._cache.put_calls == 0
+    assert got.times_ms == written.times_ms and cache.put_calls == 0
 
 
 class HostCosting(UnrecordedPredicting):
@@ -678,7 +697,7 @@ def test_a_switch_must_also_pay_the_host_time_its_candidate_takes_over_pytorchs(
 
 
 def test_host_extra_counts_only_a_measured_excess():
-    extra = executor_mod.host_extra_us
+    extra = host_extra_us
     assert extra({"cudnn:a": 35.0, "pytorch:default": 20.0}, "cudnn:a") == 15.0
     assert extra({"cudnn:a": 12.0, "pytorch:default": 20.0}, "cudnn:a") == 0.0  # cheaper: no credit
     assert extra({"cudnn:a": 35.0}, "cudnn:a") == 0.0 and extra({}, "cudnn:a") == 0.0  # unknown: nothing charged
@@ -694,15 +713,13 @@ def test_a_cached_measurement_is_judged_again_with_its_measured_host_times(shipp
     times = {"gemm:fc": 0.010, "pytorch:default": 0.100}  # 90 us saved a call
     for host_us, expected in (({"gemm:fc": 30.0, "pytorch:default": 25.0}, "gemm:fc"),
                               ({"gemm:fc": 125.0, "pytorch:default": 25.0}, "pytorch:default")):  # fmt: skip
-        ex = hook.Executor(selector=shipped, live=False)
         written = Decision(problem.key, "gemm:fc", "measured", "", times, host_us)
-        ex._cache, ex._cache_checked = _OneDecisionCache(written), True
+        ex = hook.Executor(selector=shipped, live=False, cache=_OneDecisionCache(written))
         got = ex.decide(problem, torch.device("cuda"))
         assert got.candidate_id == expected and got.host_us == host_us
 
 
 def test_the_fastest_measured_candidate_counts_the_host_time_it_takes_over_pytorchs():
-    fastest = executor_mod.fastest
     times = {"pytorch:default": 0.200, "cudnn:a": 0.100, "cudnn:b": 0.110}
     assert fastest(times, {}) == "cudnn:a"  # no host times: the least device time
     host = {"pytorch:default": 20.0, "cudnn:a": 45.0, "cudnn:b": 21.0}  # a: 10 us faster, 25 us more host time
@@ -713,26 +730,26 @@ def test_the_fastest_measured_candidate_counts_the_host_time_it_takes_over_pytor
 def test_verify_mode_keeps_the_candidate_whose_kernel_and_launch_cost_least(shipped):
     """Measured: the fastest kernel takes 500 us more host time a call than PyTorch's default; the second, 5 us
     slower, launches as cheaply as PyTorch's: verify mode keeps the second."""
-    ex = hook.Executor(selector=DefaultTakes(shipped, 1000.0, 0.0), live=False, verify=3, cache=False)
+    selector = DefaultTakes(shipped, 1000.0, 0.0)
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
-    ids = [c.candidate_id for c in ex._choices(problem, False, 4) if c.candidate_id != "pytorch:default"][:2]
-
-    class Timer:
-        def measure_candidates(self, problem, pairs, source, deadline_s=None):
-            t = {"pytorch:default": (1.000, 20.0), ids[0]: (0.100, 520.0), ids[1]: (0.105, 20.0)}
-            return [{"candidate_id": c.candidate_id, "status": "ok", "time_ms_median": t[c.candidate_id][0],
-                     "host_overhead_us": t[c.candidate_id][1]} for _, c in pairs if c.candidate_id in t]  # fmt: skip
-
-    ex._verifier = Timer
-    d = ex._measure(problem)
+    ids = [c.candidate_id for c in selector.choose(problem, top_k=4) if c.candidate_id != "pytorch:default"][:2]
+    measurer = ScriptedMeasurer({"pytorch:default": (1.000, 20.0), ids[0]: (0.100, 520.0), ids[1]: (0.105, 20.0)})
+    d = _verifying(selector, measurer=measurer).decide(problem, torch.device("cpu"))
     assert d.candidate_id == ids[1] and d.source == "measured"
     assert d.host_us[ids[0]] == 520.0  # every measured host time is kept for judging it again
 
 
 def SMALL_GAIN(executor):  # noqa: N802 - reads as the selector it makes
     """The executor fixture's selector, predicting PyTorch's default at 100 us and GEMM at 20: a gain of 80 us a
-    call, which probation judges (under ``PROBATION_EXEMPT_GAIN_US``)."""
-    return Predicting(executor.selector._sel, default_ms=0.1)
+    call, which probation judges (under ``probation_exempt_gain_us``)."""
+    return Predicting(executor.selector.model, default_ms=0.1)
+
+
+def _looking(busy, clock=None, settle_s: float = 0.0, **kw) -> dict:
+    """Executor arguments: probation's looks answered by ``busy`` (see FakeDevice), counted ``settle_s`` after
+    planning (default: even right after it); step trials timed by ``clock``."""
+    policy = dataclasses.replace(DEFAULT_POLICY, probe_settle_s=settle_s)
+    return dict(device_probe=FakeDevice(busy, clock=clock), policy=policy, **kw)
 
 
 @pytest.mark.parametrize(
@@ -746,18 +763,15 @@ def SMALL_GAIN(executor):  # noqa: N802 - reads as the selector it makes
 )
 def test_a_switch_is_made_only_where_the_device_is_busy_when_its_calls_arrive(executor, monkeypatch, busy_looks,
                                                                               expected):  # fmt: skip
-    looks = iter(busy_looks)
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: next(looks))
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
-    assert executor_mod.PROBE_CALLS == 8 and executor_mod.MIN_BUSY_FRACTION == 0.75
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    assert DEFAULT_POLICY.probe_calls == 8 and DEFAULT_POLICY.min_busy_fraction == 0.75
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **_looking(busy_looks))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM is predicted to pay
     with hook.enabled(ex):
         for i in range(10):
             torch.testing.assert_close(F.conv2d(x, w), REF(x, w), atol=1e-4, rtol=1e-4)
             if i == 6:  # still looking: every call so far ran PyTorch's own convolution
                 assert hook.stats() == {"pytorch:probing the device": 7}, hook.stats()
-    (route,) = ex._routes.values()
+    (route,) = ex.route_list()
     assert route.probe is None and route.reasons == (expected,)
     assert hook.stats() == {"pytorch:probing the device": 7, expected: 3}, hook.stats()  # the 8th look decided
 
@@ -773,9 +787,8 @@ def test_probation_looks_again_when_a_calls_gradient_comes_back(executor, monkey
     """A gradient hook looks at the device as the backward reaches each call on probation; the switch is made where
     the forward looks or the backward looks find the device busy in MIN_BUSY_FRACTION of them."""
     # the forward looks at the input (64 channels), the backward at the output's gradient (32)
-    monkeypatch.setattr(executor_mod, "device_busy", lambda t: forward_busy if t.shape[1] == 64 else backward_busy)
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    busy = _looking(lambda t: forward_busy if t.shape[1] == 64 else backward_busy)
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **busy)
     x = torch.randn(4, 64, 6, 6, requires_grad=grad)
     w = torch.randn(32, 64, 6, 6, requires_grad=grad)
     with hook.enabled(ex):
@@ -786,9 +799,9 @@ def test_probation_looks_again_when_a_calls_gradient_comes_back(executor, monkey
                 torch.testing.assert_close(w.grad, x.detach().sum(0, keepdim=True).expand_as(w), atol=1e-3,
                                            rtol=1e-3)  # fmt: skip
                 x.grad = w.grad = None
-    (route,) = ex._routes.values()
+    (route,) = ex.route_list()
     assert route.probe is None and len(route.reasons) == (3 if grad else 1)
-    idle = f"pytorch:{executor_mod.DEVICE_IDLE}"
+    idle = "pytorch:device idle at the call"
     if kept:  # the forward's switch and the input gradient's (the weight gradient's gain is under the threshold)
         assert route.kind != "native" and route.reasons[:2] == ("gemm", "gemm") and idle not in route.reasons
     else:
@@ -804,17 +817,16 @@ def test_a_switch_busy_at_its_own_calls_is_dropped_where_most_of_the_networks_ca
     """``busy_convs`` convolutions' calls find the device busy, ``idle_convs`` others' find it idle: pooled, the
     looks must find it busy in MIN_NETWORK_BUSY_FRACTION (three quarters) of them for the busy ones' switches to be
     made (4 of 5: kept; 2 of 3, 1 of 2: dropped)."""
-    assert executor_mod.MIN_NETWORK_BUSY_FRACTION == 0.75
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: x.shape[0] < 4 + busy_convs)  # by the batch
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    assert DEFAULT_POLICY.min_network_busy_fraction == 0.75
+    by_batch = _looking(lambda x: x.shape[0] < 4 + busy_convs)
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **by_batch)
     w = torch.randn(32, 64, 6, 6)
     inputs = [torch.randn(4 + i, 64, 6, 6) for i in range(busy_convs + idle_convs)]  # fully connected mode: all switch
     with hook.enabled(ex):
         for _ in range(10):
             for x in inputs:
                 F.conv2d(x, w)
-    routes = {key[0][0]: r for key, r in ex._routes.items()}
+    routes = {r.problem.n: r for r in ex.route_list()}
     for n in range(4, 4 + busy_convs):
         assert routes[n].kind == ("function" if kept else "native")  # NCHW fc on CPU: the Python path
         if not kept:
@@ -823,14 +835,13 @@ def test_a_switch_busy_at_its_own_calls_is_dropped_where_most_of_the_networks_ca
 
 
 def test_looks_at_the_device_just_after_planning_do_not_count(executor, monkeypatch):
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 3600.0)  # every look is "just after" the first call's plan
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    # every look is "just after" the first call's plan
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **_looking(False, settle_s=3600.0))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         for _ in range(20):
             F.conv2d(x, w)
-    (route,) = ex._routes.values()
+    (route,) = ex.route_list()
     assert route.probe is not None and route.probe.calls == 0 and route.kind != "native"
     assert hook.stats() == {"pytorch:probing the device": 20}
 
@@ -838,17 +849,15 @@ def test_looks_at_the_device_just_after_planning_do_not_count(executor, monkeypa
 def test_looks_just_after_another_executors_planning_do_not_count(executor, monkeypatch):
     """Planning may measure, which synchronizes the device for every executor: the settling time after it holds
     for the looks of all of them."""
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: True)
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 3600.0)
-    monkeypatch.setattr(executor_mod, "_planned_at_s", [-math.inf])
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
-    other = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    clock = ManualClock()
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, clock=clock, **_looking(True, settle_s=1.0))
+    other = hook.Executor(selector=SMALL_GAIN(executor), live=False, clock=clock, **_looking(True, settle_s=1.0))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         F.conv2d(x, w)  # planned now: its own look does not count
-    (route,) = ex._routes.values()
+    (route,) = ex.route_list()
     assert route.probe is not None and route.probe.calls == 0
-    executor_mod._planned_at_s[0] = -math.inf  # as if that planning were long past
+    clock.advance(2.0)  # that planning long past
     with hook.enabled(ex):
         F.conv2d(x, w)
     assert route.probe.calls == 1
@@ -878,23 +887,22 @@ def test_counts_of_the_executor_must_be_non_negative_integers(shipped, name, uni
 def test_a_switch_known_to_save_much_device_time_is_made_without_probation(executor, monkeypatch, default_ms, probed):
     """GEMM predicted at a fifth of PyTorch's default: a gain of 0.8 x default_ms a call for the forward. At 1 ms
     (``PROBATION_EXEMPT_GAIN_US``) or more, the switch is made at once even though the device looks idle."""
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
-    assert executor_mod.PROBATION_EXEMPT_GAIN_US == 1000.0
-    ex = hook.Executor(selector=Predicting(executor.selector._sel, default_ms=default_ms), live=False)
+    assert DEFAULT_POLICY.probation_exempt_gain_us == 1000.0
+    ex = hook.Executor(selector=Predicting(executor.selector.model, default_ms=default_ms), live=False,
+                       **_looking(False))  # fmt: skip
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # no gradients: the forward alone
     with hook.enabled(ex):
         torch.testing.assert_close(F.conv2d(x, w), REF(x, w), atol=1e-4, rtol=1e-4)
-    (route,) = ex._routes.values()
-    plan = ex._plans[route.problem]
+    (route,) = ex.route_list()
+    plan = ex.plans.get(route.problem)
     assert plan.path == "gemm" and plan.gain_us == pytest.approx(800.0 * default_ms)
     assert (route.probe is not None) == probed
     assert hook.stats() == ({"pytorch:probing the device": 1} if probed else {"gemm": 1})
 
 
 def test_probe_calls_zero_switches_at_once(executor, monkeypatch):
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)  # would drop the switch if it looked
-    ex = hook.Executor(selector=executor.selector, live=False, probe_calls=0)
+    # the looks would drop the switch
+    ex = hook.Executor(selector=executor.selector, live=False, probe_calls=0, device_probe=FakeDevice(False))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         F.conv2d(x, w)
@@ -916,7 +924,7 @@ def test_an_executor_that_switches_nothing_steps_aside_after_quiet_blocks(shippe
     """Every route passes through: after STEP_ASIDE_AFTER_BLOCKS blocks that met nothing new, blocks leave PyTorch's
     F.conv2d in place (no call of theirs is routed or counted), except one in LOOK_AGAIN_EVERY_BLOCKS; a new call
     signature met there makes every block routed again until it is quiet again."""
-    assert executor_mod.STEP_ASIDE_AFTER_BLOCKS == 2 and executor_mod.LOOK_AGAIN_EVERY_BLOCKS == 50
+    assert DEFAULT_POLICY.step_aside_after_blocks == 2 and DEFAULT_POLICY.look_again_every_blocks == 50
     hook.reset_stats()
     ex = hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf)
     x, w = torch.randn(2, 8, 10, 10), torch.randn(8, 8, 3, 3)
@@ -930,14 +938,14 @@ def test_an_executor_that_switches_nothing_steps_aside_after_quiet_blocks(shippe
     while ex.blocks_aside % 50 != 49:
         assert _blocks(ex, x, w, 1) == [False]
     assert _blocks(ex, torch.randn(2, 8, 12, 12), w, 1) == [True]  # the look again meets a new input size
-    assert ex.quiet_blocks == 0 and len(ex._routes) == 2 and sum(ex.route_reasons().values()) == 2
+    assert ex.quiet_blocks == 0 and len(ex.route_list()) == 2 and sum(ex.route_reasons().values()) == 2
     assert _blocks(ex, x, w, 3) == [True, True, False]  # routed until quiet again
 
 
 def test_an_executor_with_a_switch_or_a_recorder_or_told_not_to_never_steps_aside(executor, shipped, tmp_path):
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM predicted to pay
     assert all(_blocks(executor, x, w, 6, padding=0))
-    assert {r.kind for r in executor._routes.values()} == {"function"}  # switched (NCHW fc: the Python path)
+    assert {r.kind for r in executor.route_list()} == {"function"}  # switched (NCHW fc: the Python path)
     assert executor.route_reasons() == {"gemm": 1}
     x, w = torch.randn(2, 8, 10, 10), torch.randn(8, 8, 3, 3)
     for ex in (hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf, step_aside=False),
@@ -976,7 +984,7 @@ def test_under_enable_an_executor_with_nothing_to_switch_steps_aside_between_opt
         hook.disable()
     assert F.conv2d is REF
     assert [i for i, r in enumerate(routed) if r] == [0, 1, 2, 52], routed  # planned, two quiet steps; a look again
-    assert ex.blocks_aside == 58 and len(ex._routes) == 1  # every step after the first two quiet ones
+    assert ex.blocks_aside == 58 and len(ex.route_list()) == 1  # every step after the first two quiet ones
 
 
 def test_under_enable_a_switch_keeps_the_hook_on_between_optimizer_steps(executor):
@@ -995,30 +1003,24 @@ def test_under_enable_a_switch_keeps_the_hook_on_between_optimizer_steps(executo
     assert executor.blocks_aside == 0 and "gemm" in executor.route_reasons()
 
 
-class _Timer:
-    """Verify mode's timer, standing in for the GPU's: GEMM lowering 0.1 ms, PyTorch's default 0.2 ms (a short call:
-    the shortlist only, ``VERIFY_WHOLE_LIST_MS``), every other candidate 2 ms; ``timed`` lists the problems it was
-    asked to time."""
+def _measurer() -> ScriptedMeasurer:
+    """Verify mode's measurer, standing in for the GPU's: GEMM lowering 0.1 ms, PyTorch's default 0.2 ms (a short call:
+    the shortlist only, ``verify_whole_list_ms``), every other candidate 2 ms; ``timed`` lists the problems timed."""
 
-    def __init__(self):
-        self.timed = []
+    def time_of(cid):
+        return (0.1 if cid.startswith("gemm:") else 0.2 if cid == "pytorch:default" else 2.0), 5.0
 
-    def measure_candidates(self, problem, pairs, source, deadline_s=None):
-        self.timed.append(problem.key)
-        times = {"pytorch:default": 0.2}
-        return [{"candidate_id": c.candidate_id, "status": "ok", "host_overhead_us": 5.0,
-                 "time_ms_median": 0.1 if c.candidate_id.startswith("gemm:") else times.get(c.candidate_id, 2.0)}
-                for _, c in pairs]  # fmt: skip
+    return ScriptedMeasurer(time_of)
 
 
-def _looking_executor(shipped, monkeypatch, selector=None, **kw):
-    """A verify-mode executor that times on the CPU with :class:`_Timer` (its GPU timer needs a GPU); its
-    selector: ``selector``, or the shipped model with every problem unrecorded."""
-    monkeypatch.setattr(executor_mod.Executor, "can_time", lambda self, device: True)
+def _looking_executor(shipped, selector=None, busy=False, **kw):
+    """A verify-mode executor that times on the CPU with :func:`_measurer` (its GPU timer needs a GPU), its looks
+    answered by ``busy``; its selector: ``selector``, or the shipped model with every problem unrecorded."""
     selector = UnrecordedPredicting(shipped) if selector is None else selector
-    ex = hook.Executor(selector=selector, live=False, verify=3, cache=False, **kw)
-    timer = _Timer()
-    ex._verifier = lambda: timer
+    timer = _measurer()
+    policy = dataclasses.replace(DEFAULT_POLICY, probe_settle_s=0.0)
+    ex = hook.Executor(selector=selector, live=False, verify=3, cache=False, measurer=timer, policy=policy,
+                       device_probe=FakeDevice(busy, can_time=True), **kw)  # fmt: skip
     return ex, timer
 
 
@@ -1027,17 +1029,15 @@ def test_looking_first_times_a_new_problem_only_where_its_calls_find_the_device_
     """``look_first``: the first ``probe_calls`` calls run PyTorch's own convolution and look at the device. Idle:
     the signature passes through, never timed. Busy: the call after the looks takes PyTorch's path too and forgets
     the route, the next one times the shortlist and switches (GEMM, timed fastest) without a second probation."""
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: busy)
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
     hook.reset_stats()
-    ex, timer = _looking_executor(shipped, monkeypatch, look_first=True)
+    ex, timer = _looking_executor(shipped, busy=busy, look_first=True)
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM is worth timing
     with hook.enabled(ex):
         for i in range(12):
             torch.testing.assert_close(F.conv2d(x, w), REF(x, w), atol=1e-4, rtol=1e-4)
             if i == 6:
                 assert timer.timed == [] and ex.route_reasons() == {"pytorch:looking before timing": 1}
-    (route,) = ex._routes.values()
+    (route,) = ex.route_list()
     assert route.probe is None and route.key is None
     if busy:
         assert len(timer.timed) == 1 and ex.measured_problems == 1
@@ -1053,28 +1053,27 @@ def test_looking_first_is_on_by_default_and_skipped_where_nothing_would_be_timed
     """Verify mode looks first by default; with ``look_first=False`` it times on the first call; looking first, a
     signature whose problem would not be timed (here: predicted too short to pay) is decided at once, without
     looks."""
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
-    assert _looking_executor(shipped, monkeypatch)[0].look_first is True
-    ex, timer = _looking_executor(shipped, monkeypatch, look_first=False)
+    assert _looking_executor(shipped)[0].look_first is True
+    ex, timer = _looking_executor(shipped, look_first=False)
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         F.conv2d(x, w)
     assert len(timer.timed) == 1
-    quick, quick_timer = _looking_executor(shipped, monkeypatch, selector=DefaultTakes(shipped, 1.0), look_first=True)
+    quick, quick_timer = _looking_executor(shipped, selector=DefaultTakes(shipped, 1.0), look_first=True)
     with hook.enabled(quick):
         F.conv2d(x, w)
-    (route,) = quick._routes.values()
+    (route,) = quick.route_list()
     assert route.probe is None and route.reasons != ("pytorch:looking before timing",) and quick_timer.timed == []
 
 
 def test_looking_first_without_a_device_to_look_at_times_at_the_next_call(shipped, monkeypatch):
     """CPU tensors: the device cannot be looked at, so the shortlist is timed at the second call."""
     hook.reset_stats()
-    ex, timer = _looking_executor(shipped, monkeypatch, look_first=True)
+    ex, timer = _looking_executor(shipped, busy=lambda t: None, look_first=True)  # CPU tensors: no answer
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         F.conv2d(x, w)
-        assert timer.timed == [] and ex._routes == {}
+        assert timer.timed == [] and ex.route_list() == []
         F.conv2d(x, w)
     assert len(timer.timed) == 1 and hook.stats() == {"pytorch:probing the device": 1, "gemm": 1}
 
@@ -1082,9 +1081,7 @@ def test_looking_first_without_a_device_to_look_at_times_at_the_next_call(shippe
 def test_looking_first_skips_the_looks_where_the_predicted_gain_is_exempt_from_probation(shipped, monkeypatch):
     """A fully connected mode convolution predicted to save 1.6 ms a call (PyTorch's default 2 ms, GEMM 0.4):
     timed at its first call even though the device looks idle, as probation would switch it at once."""
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
-    ex, timer = _looking_executor(shipped, monkeypatch, selector=UnrecordedPredicting(shipped, default_ms=2.0),
-                                  look_first=True)  # fmt: skip
+    ex, timer = _looking_executor(shipped, selector=UnrecordedPredicting(shipped, default_ms=2.0), look_first=True)
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         F.conv2d(x, w)
@@ -1095,44 +1092,62 @@ class _ByDirection(UnrecordedPredicting):
     """PyTorch's default predicted at 2 ms in the forward (GEMM at 0.4: a gain probation exempts) and 1 ms in the
     gradients (GEMM at 0.2: a gain it judges)."""
 
-    def predicted_time_ms(self, problem, candidate_ids):
-        default_ms = 2.0 if problem.direction == "fwd" else 1.0
-        return {c: default_ms * (0.2 if c.startswith("gemm:") else 1.0) for c in candidate_ids}
+    def default_ms(self, problem):
+        return 2.0 if problem.direction == "fwd" else 1.0
 
 
 def test_looking_first_skips_a_signature_one_of_whose_directions_probation_would_exempt(shipped, monkeypatch):
     """The forward's predicted gain (1.6 ms) is exempt, the input gradient's (0.8 ms) is not: the signature is timed
     and switched at once rather than looking first, which could drop the forward's switch with the rest."""
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
-    ex, timer = _looking_executor(shipped, monkeypatch, selector=_ByDirection(shipped), look_first=True)
+    ex, timer = _looking_executor(shipped, selector=_ByDirection(shipped), look_first=True)
     x = torch.randn(4, 64, 6, 6, requires_grad=True)
     w = torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         F.conv2d(x, w).sum().backward()
     assert len(timer.timed) == 2  # the forward and the input gradient, at the first call
-    (route,) = ex._routes.values()
-    assert executor_mod.LOOKING not in route.reasons and route.key is None
+    (route,) = ex.route_list()
+    assert "pytorch:looking before timing" not in route.reasons and route.key is None
+
+
+class _CountingRecords(Preferring):
+    """The shipped model as it is, counting the lookups of its records' rows (one per decision of a recorded
+    problem)."""
+
+    def __init__(self, sel):
+        super().__init__(sel, prefix="none")
+        self.lookups = 0
+
+    def choose(self, problem, max_workspace_bytes=None, deterministic=False, top_k=1, live=False):
+        return self._sel.choose(problem, max_workspace_bytes, deterministic, top_k, live)
+
+    def predicted_time_ms(self, problem, candidate_ids, rows=None):
+        return self._sel.predicted_time_ms(problem, candidate_ids, rows=rows)
+
+    @property
+    def catalogue(self):
+        owner, catalogue = self, self._sel.catalogue
+
+        class Counted:
+            def __getattr__(self, name):
+                return getattr(catalogue, name)
+
+            def rows(self, key):
+                owner.lookups += 1
+                return catalogue.rows(key)
+
+        return Counted()
 
 
 def test_looking_first_decides_a_recorded_direction_once(shipped, monkeypatch):
     """Looking first asks whether a recorded direction's known gain exempts its signature; the plan then takes that
     decision rather than deciding the direction a second time."""
-    monkeypatch.setattr(executor_mod, "device_busy", lambda x: False)
-    ex, timer = _looking_executor(shipped, monkeypatch, selector=shipped, look_first=True)
-    decided = []
-    real = executor_mod.Executor._decide
-
-    def counted(self, problem, device):
-        decided.append(problem)
-        return real(self, problem, device)
-
-    monkeypatch.setattr(executor_mod.Executor, "_decide", counted)
+    ex, timer = _looking_executor(shipped, selector=_CountingRecords(shipped), look_first=True)
     x, w = torch.randn(128, 1024, 3, 3), torch.randn(160, 1024, 3, 3)  # recorded in the shipped records
     assert shipped.is_recorded(ConvProblem(n=128, c=1024, k=160, h=3, w=3, r=3, s=3))
     with hook.enabled(ex):
         for _ in range(3):
             F.conv2d(x, w)
-    assert len(decided) == 1 and timer.timed == [] and ex._known == {}
+    assert ex.selector.lookups == 1 and timer.timed == []
 
 
 def test_cudnn_space_names_an_unknown_heuristic_mode():
@@ -1159,14 +1174,6 @@ class _BlockClock:
         return self.on_ms if StepTrial.arm(None, start // 2) == "on" else self.off_ms
 
 
-def _looking(monkeypatch, busy, clock=None) -> None:
-    """Probation's looks answered by ``busy(tensor)``, even right after planning; step trials timed by ``clock``."""
-    monkeypatch.setattr(executor_mod, "device_busy", busy)
-    monkeypatch.setattr(executor_mod, "PROBE_SETTLE_S", 0.0)
-    if clock is not None:
-        monkeypatch.setattr(executor_mod, "block_clock", lambda device: clock)
-
-
 @pytest.mark.parametrize(("busy_looks", "on_ms", "off_ms", "verdict", "kept"), [
     (8, 0.95, 1.0, "switches faster", True),
     (8, 1.0, 1.0, "pytorch's as fast", False),  # as fast: PyTorch's own, at no host cost
@@ -1179,17 +1186,16 @@ def test_a_step_trial_keeps_the_switches_only_where_blocks_with_them_are_faster(
     the switches and PyTorch's own F.conv2d (stepping aside), and the switches stay only where their blocks' spans
     were shorter by the margin in 7 of 8 pairs."""
     looks = iter([True] * busy_looks + [False] * (8 - busy_looks))
-    _looking(monkeypatch, lambda x: next(looks), _BlockClock(on_ms, off_ms))
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **_looking(looks, _BlockClock(on_ms, off_ms)))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM is predicted to pay
     routed = _blocks(ex, x, w, 8, padding=0)  # the 8th call's look decides
-    (route,) = ex._routes.values()
+    (route,) = ex.route_list()
     assert all(routed) and route.probe is None and route.looked.busy == busy_looks
     assert (route.kind != "native") == (busy_looks >= 2)
     routed = _blocks(ex, x, w, 17, padding=0)
     assert ex.trial_verdict == verdict and ex.trial is None
     if verdict is None:  # no switch: steps aside as before
-        assert routed[2:] == [False] * 15 and route.reasons == (f"pytorch:{executor_mod.DEVICE_IDLE}",)
+        assert routed[2:] == [False] * 15 and route.reasons == ("pytorch:device idle at the call",)
         return
     # 16 blocks of the trial (True: with the switches), then the verdict at the 17th block's start
     assert routed[:16] == [True, False, False, True] * 4
@@ -1198,7 +1204,7 @@ def test_a_step_trial_keeps_the_switches_only_where_blocks_with_them_are_faster(
     if kept:
         assert routed[16] and route.reasons == ("gemm",)
     else:  # every route PyTorch's: it steps aside from the next block on
-        assert not routed[16] and route.reasons == (f"pytorch:{executor_mod.TRIAL_SAME}",)
+        assert not routed[16] and route.reasons == ("pytorch:step as fast without the switches",)
         assert ex.deciding() == 0
 
 
@@ -1213,8 +1219,7 @@ def test_a_step_trial_that_cannot_tell_leaves_probations_three_quarters_to_decid
     spans = iter([1.0, 2.0, 0.5, 1.0, 3.0, 1.0, 0.4, 1.0] * 20)
     clock = _BlockClock(0, 0)
     clock.span_ms = lambda start, end: next(spans)
-    _looking(monkeypatch, busy, clock)
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **_looking(busy, clock))
     w = torch.randn(32, 64, 6, 6)
     inputs = [torch.randn(n, 64, 6, 6) for n in (4, 5, 6, 7)]  # four fully connected mode convolutions
     for _ in range(25):
@@ -1222,15 +1227,14 @@ def test_a_step_trial_that_cannot_tell_leaves_probations_three_quarters_to_decid
             for x in inputs:
                 F.conv2d(x, w)
     assert ex.trial_verdict == "inconclusive"
-    by_batch = {r.problem.n: r for r in ex._routes.values()}
+    by_batch = {r.problem.n: r for r in ex.route_list()}
     # pooled, 27 of 32 looks busy: above the three quarters
-    assert by_batch[4].kind == "native" and by_batch[4].reasons == (f"pytorch:{executor_mod.DEVICE_IDLE}",)
+    assert by_batch[4].kind == "native" and by_batch[4].reasons == ("pytorch:device idle at the call",)
     assert all(by_batch[n].kind != "native" and by_batch[n].reasons == ("gemm",) for n in (5, 6, 7))
 
 
 def test_a_new_call_signature_during_a_step_trial_starts_it_again_once_quiet(executor, monkeypatch):
-    _looking(monkeypatch, lambda x: True, _BlockClock(0.9, 1.0))
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **_looking(True, _BlockClock(0.9, 1.0)))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     _blocks(ex, x, w, 8, padding=0)
     _blocks(ex, x, w, 4, padding=0)
@@ -1245,59 +1249,46 @@ def test_without_recurring_blocks_there_is_no_trial_and_probation_keeps_its_thre
     """One enabled() around every call (or patch_model): no block has ended, so no trial can judge; the looks
     decide at MIN_BUSY_FRACTION as before."""
     looks = iter([True] * 3 + [False] * 5)
-    _looking(monkeypatch, lambda x: next(looks), _BlockClock(0.9, 1.0))
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False)
+    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **_looking(looks, _BlockClock(0.9, 1.0)))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         for _ in range(10):
             F.conv2d(x, w)
-    (route,) = ex._routes.values()
-    assert route.kind == "native" and route.reasons == (f"pytorch:{executor_mod.DEVICE_IDLE}",)
-    assert ex.busy_fractions() == (executor_mod.TRIAL_BUSY_FRACTION, executor_mod.TRIAL_BUSY_FRACTION)  # now one has
+    (route,) = ex.route_list()
+    assert route.kind == "native" and route.reasons == ("pytorch:device idle at the call",)
+    assert ex.busy_fractions() == (DEFAULT_POLICY.trial_busy_fraction,) * 2  # now one has
 
 
 @pytest.mark.parametrize("default_ms", [1.0, 0.1])
 def test_verify_mode_times_the_rest_of_the_list_after_a_long_default(shipped, default_ms):
-    """A long call (PyTorch's default at least ``VERIFY_WHOLE_LIST_MS``): after the shortlist, the rest of the list
-    of all three heuristic modes, by the model's rank, up to ``VERIFY_LIST_MAX`` in all, the default timed first
+    """A long call (PyTorch's default at least ``verify_whole_list_ms``): after the shortlist, the rest of the list
+    of all three heuristic modes, by the model's rank, up to ``verify_list_max`` in all, the default timed first
     again; its fastest is kept. A short one: the shortlist only."""
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
     listed = [c for c in shipped.choose(problem, top_k=200) if c.candidate_id != "pytorch:default"][:15]
     compiled = listed.pop(5)  # a config whose build compiles its kernel: never in the rest
     listed.insert(5, dataclasses.replace(compiled, notes="runtime_compilation,supports_cuda_graph_native_api"))
-    asked = []
-
-    def live_choices(p, k, modes=None):
-        asked.append(modes)
-        return listed[:k]
-
     ids = [c.candidate_id for c in listed]
     late = ids[6]  # outside the shortlist: the fastest
-    timed, deadlines = [], []
-
-    class Timer:
-        def measure_candidates(self, problem, pairs, source, deadline_s=None):
-            timed.append([c.candidate_id for _, c in pairs])
-            deadlines.append(deadline_s)
-            t = {"pytorch:default": default_ms, late: 0.5 * default_ms}
-            return [{"candidate_id": c.candidate_id, "status": "ok", "host_overhead_us": 5.0,
-                     "time_ms_median": t.get(c.candidate_id, 2.0 * default_ms)} for _, c in pairs]  # fmt: skip
-
-    ex = hook.Executor(selector=DefaultTakes(shipped, 1e3 * default_ms, 1e3 * default_ms), live=True, verify=3,
-                       cache=False)  # fmt: skip
-    ex._live_ok, ex._live_choices, ex._verifier = (lambda: True), live_choices, Timer
+    timer = ScriptedMeasurer({"pytorch:default": (default_ms, 5.0), late: (0.5 * default_ms, 5.0)},
+                             default=(2.0 * default_ms, 5.0))  # fmt: skip
+    selector = DefaultTakes(shipped, 1e3 * default_ms, 1e3 * default_ms)
+    source = LiveList(selector, lambda p, k, modes=None: listed[:k])
+    ex = _verifying(selector, candidates=source, measurer=timer)
     t0 = time.perf_counter()
-    d = ex._measure(problem)
+    d = ex.decide(problem, torch.device("cpu"))
+    timed, deadlines, asked = timer.asked, timer.deadlines, [modes for _, _, modes in source.asked]
+    policy = DEFAULT_POLICY
     assert timed[0] == ["pytorch:default", *ids[:3]]
-    if default_ms >= executor_mod.VERIFY_WHOLE_LIST_MS:
-        assert asked == [executor_mod.VERIFY_LIVE_MODES, ("a", "b", "fallback")]
-        rest = [c for c in ids[3:] if c != compiled.candidate_id][: executor_mod.VERIFY_LIST_MAX - 3]  # 10 in all
+    if default_ms >= policy.verify_whole_list_ms:
+        assert asked == [policy.verify_live_modes, ("a", "b", "fallback")]
+        rest = [c for c in ids[3:] if c != compiled.candidate_id][: policy.verify_list_max - 3]  # 10 in all
         assert timed[1] == ["pytorch:default", *rest]
         assert d.candidate_id == late and d.times_ms[late] == 0.5 * default_ms
-        # the shortlist unbounded, the rest started within VERIFY_REST_BUDGET_S
-        budget_s = executor_mod.VERIFY_REST_BUDGET_S
+        # the shortlist unbounded, the rest started within verify_rest_budget_s
+        budget_s = policy.verify_rest_budget_s
         assert deadlines[0] is None and t0 + budget_s <= deadlines[1] <= time.perf_counter() + budget_s
     else:
-        assert asked == [executor_mod.VERIFY_LIVE_MODES] and len(timed) == 1
+        assert asked == [policy.verify_live_modes] and len(timed) == 1
         assert d.candidate_id == "pytorch:default"
     assert ex.measured_problems == 1

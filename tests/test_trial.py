@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from algosel.runtime.trial import DROP, KEEP, UNCLEAR, StepTrial, block_clock
+from algosel.runtime.device import CudaDevice
+from algosel.runtime.policy import DEFAULT_POLICY
+from algosel.runtime.trial import DROP, KEEP, UNCLEAR, StepTrial
 
 
 class ScriptedClock:
@@ -67,4 +69,14 @@ def test_the_verdict_waits_for_the_device_to_run_the_blocks():
 def test_a_device_without_a_timeline_has_no_clock():
     import torch
 
-    assert block_clock(torch.device("cpu")) is None
+    assert CudaDevice().block_clock(torch.device("cpu")) is None
+
+
+def test_a_trial_from_a_policy_takes_its_numbers():
+    import dataclasses
+
+    policy = dataclasses.replace(DEFAULT_POLICY, trial_pairs=3, trial_margin=0.1, trial_min_wins=2,
+                                 trial_max_scatter=0.2)  # fmt: skip
+    trial = StepTrial.from_policy(None, policy)
+    assert (trial.pairs, trial.margin, trial.min_wins, trial.max_scatter) == (3, 0.1, 2, 0.2)
+    assert StepTrial(None).pairs == DEFAULT_POLICY.trial_pairs

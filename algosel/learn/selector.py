@@ -286,8 +286,8 @@ class Selector:
     ) -> list[Choice]:
         """Rank an explicit candidate list (e.g. cuDNN's live list, as the runtime hook has it), best first.
 
-        The list is remembered for :meth:`predicted_time_ms` (the runtime ranks a live list, then asks for the
-        predicted times of its top candidates and PyTorch's default without passing the list again)."""
+        The times predicted for the candidates returned (and PyTorch's default) are kept for
+        :meth:`predicted_time_ms` of the same list."""
         if self.time_model is not None:
             self._ranked_rows[problem] = rows
             # the times of another list ranked before are of other list-context features: the last list's only
@@ -377,11 +377,10 @@ class Selector:
         candidate_ids : sequence of str
             Ids of candidates in the list.
         rows : list of dict, optional
-            The candidate list (e.g. cuDNN's live list, as :meth:`rank_rows` takes it). Default: the times
-            :meth:`rank_rows` or else :meth:`choose` (with ``live``) predicted for the problem where they hold every
-            id asked for; else the list :meth:`choose` ranks (:meth:`candidates_for` with ``live``: offline, the
-            nearest recorded problem's list with GEMM lowering and PyTorch's default), or, for ids that list
-            lacks, the last list :meth:`rank_rows` ranked for the problem.
+            The candidate list (e.g. cuDNN's live list, as :meth:`rank_rows` takes it; the times it predicted for
+            that very list are reused). Default: the list :meth:`choose` ranks (:meth:`candidates_for` with
+            ``live``: offline, the nearest recorded problem's list with GEMM lowering and PyTorch's default), with
+            the times :meth:`choose` predicted where they hold every id asked for.
         live : bool
             Passed to :meth:`candidates_for` when ``rows`` is not given.
 
@@ -396,17 +395,13 @@ class Selector:
             raise SelectorError(
                 "this model has no time model (trained before it existed); retrain with `algosel train`"
             )
+        # Times predicted already for the same list, by choose() (the model's own list) or rank_rows() (that list)
+        key = (problem, live) if rows is None else (problem, RANKED) if rows is self._ranked_rows.get(problem) else None
+        known = self._times.get(key, {}) if key is not None else {}
+        if all(c in known for c in candidate_ids):
+            return {c: known[c] for c in candidate_ids}
         if rows is None:
-            # A list rank_rows ranked (cuDNN's live one, which the runtime ranks after the offline list only where
-            # that predicts a gain worth a look) is the problem's own: its times come first.
-            for key in ((problem, RANKED), (problem, live)):
-                known = self._times.get(key, {})
-                if all(c in known for c in candidate_ids):  # all predicted already, by choose() or rank_rows()
-                    return {c: known[c] for c in candidate_ids}
             rows, _ = self.candidates_for(problem, live=live)
-            ranked = self._ranked_rows.get(problem)
-            if ranked is not None and not {r["candidate_id"] for r in rows} >= set(candidate_ids):
-                rows = ranked  # ids of a list the runtime ranked (cuDNN's live one), not of the recorded ones
         index = {r["candidate_id"]: r for r in rows}
         missing = [c for c in candidate_ids if c not in index]
         if missing:

@@ -76,6 +76,7 @@ def predict(
     force: bool = False,
     space: str = "cudnn",
     measure: int = 0,
+    measurer: Any = None,
     **fields: Any,
 ) -> list[Choice]:
     """Rank the candidates for a convolution, best first.
@@ -107,6 +108,9 @@ def predict(
     measure : int
         On a GPU: check and time the model's top ``measure`` candidates and PyTorch's default once (the sweeper's
         timer, a small budget), and return them fastest first with ``measured_time_ms`` (``source`` "measured").
+    measurer : optional
+        What times them (an object with the sweeper's ``measure_candidates``; default: the sweeper with the
+        runtime's timer, :func:`algosel.runtime.verify.runtime_measurer`).
 
     Returns
     -------
@@ -146,16 +150,20 @@ def predict(
     if not measure:
         return sel.choose(problem, max_workspace_bytes, deterministic, top_k, live)  # memoised per arguments
     choices = sel.choose(problem, max_workspace_bytes, deterministic, max(top_k, measure), live)
-    return _measured(problem, choices[:measure])[:top_k]
+    return _measured(problem, choices[:measure], measurer)[:top_k]
 
 
-def _measured(problem: ConvProblem, choices: list[Choice]) -> list[Choice]:
+def _measured(problem: ConvProblem, choices: list[Choice], measurer: Any) -> list[Choice]:
     """``choices`` and PyTorch's default, timed here once, fastest first (failures last, untimed)."""
-    import torch  # noqa: PLC0415
+    if measurer is None:
+        import torch  # noqa: PLC0415
 
-    if not torch.cuda.is_available():
-        raise ValueError("measure needs a CUDA GPU (none is visible); predict without it ranks by the model alone")
-    from algosel.runtime.executor import shared_executor  # noqa: PLC0415
+        if not torch.cuda.is_available():
+            raise ValueError("measure needs a CUDA GPU (none is visible); predict without it ranks by the model alone")
+        from algosel.runtime.policy import DEFAULT_POLICY  # noqa: PLC0415
+        from algosel.runtime.verify import runtime_measurer  # noqa: PLC0415
+
+        measurer = runtime_measurer(DEFAULT_POLICY)
 
     if not any(c.candidate_id == "pytorch:default" for c in choices):
         choices = [*choices, _default_choice(choices)]
@@ -164,7 +172,7 @@ def _measured(problem: ConvProblem, choices: list[Choice]) -> list[Choice]:
     for c in sorted(choices, key=lambda c: c.candidate_id != "pytorch:default"):
         space = get_space(c.space)
         pairs.append((space, space.candidate(c.candidate_id.partition(":")[2], problem.direction)))
-    rows = shared_executor(cache=False)._verifier().measure_candidates(problem, pairs, source="predict")
+    rows = measurer.measure_candidates(problem, pairs, source="predict")
     times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows if r["status"] == "ok"}
     timed = [dataclasses.replace(c, measured_time_ms=times.get(c.candidate_id), source="measured") for c in choices]
     return sorted(timed, key=lambda c: (c.measured_time_ms is None, c.measured_time_ms or 0.0))

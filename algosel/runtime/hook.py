@@ -25,34 +25,27 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from algosel.runtime import executor as _executor
-from algosel.runtime.executor import (
-    Executor,
+from algosel.runtime.call import run_conv
+from algosel.runtime.executor import Executor, process_stats, reset_process_stats, shared_executor
+from algosel.runtime.ops import compiled_conv2d
+from algosel.runtime.state import (
+    STATE,
     current_executor,
-    executor_id,
     install_dispatch,
     original_conv2d,
-    reset_stats,
-    run_conv,
     set_global_executor,
     set_local_executor,
-    shared_executor,
-    stats,
 )
-from algosel.runtime.ops import compiled_conv2d
-
-#: PyTorch's own conv2d, whatever the switches say.
-_original_conv2d = original_conv2d
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002 - F.conv2d's names
     """Drop-in for ``torch.nn.functional.conv2d`` that runs the executor's decisions (see the module docstring)."""
     if torch.compiler.is_compiling():  # first: dynamo traces the custom op, never the routing below
         return compiled_conv2d(input, weight, bias, stride, padding, dilation, groups)
-    ex = getattr(_executor._local, "executor", None)  # inline: this is the Python path's per-call cost
+    ex = getattr(STATE.local, "executor", None)  # inline: this is the Python path's per-call cost
     if ex is None:
-        ex = _executor._global["executor"]
-    fast = ex.fast_run if ex else None
+        ex = STATE.global_executor
+    fast = ex.dispatch.fast_run if ex else None
     if fast is not None:  # a planned signature runs in C++ (None: not held, or not a plain tensor call)
         out = fast(input, weight, bias, stride, padding, dilation, groups)
         if out is not None:
@@ -62,14 +55,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 def _unheld_conv2d(input, weight, bias, stride, padding, dilation, groups):  # noqa: A002
     """The compiled dispatch's fallback: a call its current table does not hold (it has looked already)."""
-    return _run(_routing_executor(), input, weight, bias, stride, padding, dilation, groups)
-
-
-def _routing_executor() -> Executor | None | bool:
-    """This thread's executor over the process's; False while this thread plans (measurements run PyTorch's own
-    convolutions)."""
-    ex = getattr(_executor._local, "executor", None)
-    return _executor._global["executor"] if ex is None else ex
+    return _run(STATE.routing_executor(), input, weight, bias, stride, padding, dilation, groups)
 
 
 def _run(ex, input, weight, bias, stride, padding, dilation, groups):  # noqa: A002
@@ -95,38 +81,45 @@ def enable(executor: Executor | None = None, **config: Any) -> Executor:
     """
     ex = _executor_for(executor, config)
     set_global_executor(ex)
-    _global_blocks["routes"] = len(ex._routes)
+    _steps.routes = len(ex.routes)
     dispatch = install_dispatch(conv2d, _unheld_conv2d)
     F.conv2d = original_conv2d if ex.begin_block() else dispatch
-    if _global_blocks.get("hook") is None:
+    if _steps.hook is None:
         from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: PLC0415
 
-        _global_blocks["hook"] = register_optimizer_step_post_hook(_after_optimizer_step)
+        _steps.hook = register_optimizer_step_post_hook(_after_optimizer_step)
     return ex
 
 
-#: The global executor's routes at the last optimizer step, and the step hook of :func:`enable` (registered once).
-_global_blocks: dict[str, Any] = {"routes": 0, "hook": None}
+class _OptimizerSteps:
+    """The process executor's routes at the last optimizer step, and the step hook of :func:`enable` (registered
+    once, for the process)."""
+
+    routes = 0
+    hook: Any = None
+
+
+_steps = _OptimizerSteps()
 
 
 def _after_optimizer_step(optimizer, args, kwargs) -> None:
     """A training step of the process ended: the switched-on executor's block ends, and the next step runs with
     PyTorch's own ``F.conv2d`` where the executor steps aside (or with the hook's again where it does not)."""
-    ex = _executor._global["executor"]
-    if ex is None or getattr(_executor._local, "executor", None) is not None:
+    ex = STATE.global_executor
+    if ex is None or STATE.thread_executor() is not None:
         return  # off, or inside an enabled() block of this thread, which restores F.conv2d itself
     dispatch = install_dispatch(conv2d, _unheld_conv2d)
     if F.conv2d is not dispatch and F.conv2d is not original_conv2d:
         return  # someone else's F.conv2d: left alone
-    ex.block_done(_global_blocks["routes"])
-    _global_blocks["routes"] = len(ex._routes)
+    ex.block_done(_steps.routes)
+    _steps.routes = len(ex.routes)
     F.conv2d = original_conv2d if ex.begin_block() else dispatch
 
 
 def disable() -> None:
     """Restore PyTorch's own ``F.conv2d`` (where no ``enabled()`` block of this thread is open)."""
     set_global_executor(None)
-    if getattr(_executor._local, "executor", None) is None:
+    if STATE.thread_executor() is None:
         F.conv2d = original_conv2d
 
 
@@ -144,17 +137,17 @@ def enabled(executor: Executor | None = None, **config: Any) -> Iterator[Executo
     blocks faster.
     """
     ex = _executor_for(executor, config)
-    previous, patched = getattr(_executor._local, "executor", None), F.conv2d
-    outermost = previous is None and patched is original_conv2d and _executor._global["executor"] is None
+    previous, patched = STATE.thread_executor(), F.conv2d
+    outermost = previous is None and patched is original_conv2d and STATE.global_executor is None
     if outermost and ex.begin_block():
         # Every route passes through and nothing new came for a while, or a step trial's block without the
         # switches: PyTorch's own conv2d, at its own cost
         try:
             yield ex
         finally:
-            ex.block_done(len(ex._routes))
+            ex.block_done(len(ex.routes))
         return
-    routes_before = len(ex._routes)
+    routes_before = len(ex.routes)
     F.conv2d = install_dispatch(conv2d, _unheld_conv2d)
     set_local_executor(ex)
     try:
@@ -175,16 +168,16 @@ def patch_model(model: torch.nn.Module, executor: Executor | None = None, **conf
 
 
 def _patched_forward(module: torch.nn.Conv2d, ex: Executor):
-    number = executor_id(ex)
+    number = STATE.executor_id(ex)
 
     def _conv_forward(input, weight, bias):  # noqa: A002
         if torch.compiler.is_compiling():
             return compiled_conv2d(input, weight, bias, module.stride, module.padding, module.dilation, module.groups,
                                    number)  # fmt: skip
-        previous = getattr(_executor._local, "executor", None)
+        previous = STATE.thread_executor()
         if previous is False:  # this thread is planning: PyTorch's own convolution
             return original_conv2d(input, weight, bias, module.stride, module.padding, module.dilation, module.groups)
-        fast = ex.fast_run
+        fast = ex.dispatch.fast_run
         if fast is not None:
             out = fast(input, weight, bias, module.stride, module.padding, module.dilation, module.groups)
             if out is not None:
@@ -198,6 +191,17 @@ def _patched_forward(module: torch.nn.Conv2d, ex: Executor):
     return _conv_forward
 
 
+def stats() -> dict[str, int]:
+    """Calls per path of the process's executors: ``gemm``, ``cudnn``, ``pytorch:<reason>`` (pass-through),
+    ``fallback:<error>`` (:func:`algosel.runtime.executor.process_stats`; one executor's: ``Executor.stats()``)."""
+    return process_stats()
+
+
+def reset_stats() -> None:
+    """Start every executor's call counts again from zero."""
+    reset_process_stats()
+
+
 __all__ = [
     "Executor",
     "conv2d",
@@ -205,6 +209,7 @@ __all__ = [
     "disable",
     "enable",
     "enabled",
+    "original_conv2d",
     "patch_model",
     "reset_stats",
     "stats",

@@ -11,14 +11,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from algosel.operands import Operands, pytorch_direction
-from algosel.runtime.executor import (
-    call_problem,
-    executor_by_id,
-    original_conv2d,
-    run_conv,
-    run_direction,
-)
+from algosel.runtime.call import call_problem, run_conv
+from algosel.runtime.function import memory_format, run_gradients
+from algosel.runtime.state import STATE, original_conv2d
 
 
 def _out_size(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
@@ -30,7 +25,7 @@ def conv2d_op(x: Tensor, w: Tensor, b: Tensor | None, stride: list[int], padding
               groups: int, executor: int) -> Tensor:  # fmt: skip
     """The forward alone (the gradients are the autograd formula's, below), through executor number ``executor``
     (-1: the one switched on at run time)."""
-    ex = executor_by_id(executor)
+    ex = STATE.executor_by_id(executor)
     with torch.no_grad():
         if ex is None:
             return original_conv2d(x, w, b, stride, padding, dilation, groups)
@@ -57,7 +52,7 @@ def conv2d_backward_op(
     need_x: bool, need_w: bool, executor: int,
 ) -> tuple[Tensor, Tensor]:  # fmt: skip
     """(dx, dw) through the executor's plans (an empty tensor for a gradient not asked for)."""
-    ex = executor_by_id(executor)
+    ex = STATE.executor_by_id(executor)
     problem = None
     if ex is not None:
         problem, _ = call_problem(x, w, tuple(stride), tuple(padding), tuple(dilation), groups, x.dtype)
@@ -65,16 +60,9 @@ def conv2d_backward_op(
         gx, gw, _ = torch.ops.aten.convolution_backward(grad, x, w, None, stride, padding, dilation, False, [0, 0],
                                                         groups, [need_x, need_w, False])  # fmt: skip
     else:
-        mf = torch.channels_last if problem.layout == "nhwc" else torch.contiguous_format
+        mf = memory_format(problem)
         grad, x, w = (t.contiguous(memory_format=mf) for t in (grad, x, w))
-        dirs = ex.directions_of(problem)
-        gx = gw = None
-        if need_x:
-            p = dirs["bwd_data"]
-            gx = run_direction(ex, p, Operands(None, w, grad), lambda: pytorch_direction(p, x, w, grad))
-        if need_w:
-            p = dirs["bwd_filter"]
-            gw = run_direction(ex, p, Operands(x, None, grad), lambda: pytorch_direction(p, x, w, grad))
+        gx, gw = run_gradients(ex, problem, x, w, grad, need_x, need_w)
     empty = x.new_empty(0)
     return (gx.clone() if gx is not None and gx._is_view() else gx if gx is not None else empty,
             gw.clone() if gw is not None and gw._is_view() else gw if gw is not None else empty)  # fmt: skip

@@ -1,6 +1,6 @@
 """The step trial: whether an executor's switches make the training step faster, measured on the step itself.
 
-Probation's looks at the device (:mod:`algosel.runtime.executor`) guess, call by call, whether a switch's device time
+Probation's looks at the device (:mod:`algosel.runtime.probation`) guess, call by call, whether a switch's device time
 can shorten the step; the step's own time says it. Once an executor's routes are decided and its blocks meet no new
 call signature, its next ``2 * pairs`` blocks (``enabled()`` blocks, or optimizer steps under ``enable()``) run by
 turns with its switches and with PyTorch's own ``F.conv2d`` (the executor steps aside), in pairs of ABBA order, and
@@ -24,40 +24,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-#: Pairs of blocks a trial measures (each pair one block with the switches, one without).
-TRIAL_PAIRS = 8
-#: The least median gain of the switched blocks (a fraction of PyTorch's block's span) for the switches to stay.
-TRIAL_MARGIN = 0.005
-#: Of the pairs, those whose switched block must be the shorter for the switches to stay.
-TRIAL_MIN_WINS = 7
-#: The most scatter of the pairs' log ratios (median absolute deviation) for the trial to decide anything.
-TRIAL_MAX_SCATTER = 0.05
+from algosel.runtime.policy import DEFAULT_POLICY, SwitchPolicy
 
 #: The verdicts: the switches stay, they go, or the blocks scattered too much to tell.
 KEEP, DROP, UNCLEAR = "switches faster", "pytorch's as fast", "inconclusive"
-
-
-class DeviceClock:
-    """Marks on the device's timeline: CUDA events recorded on the current stream of ``device``."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-
-    def mark(self) -> Any:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record(torch.cuda.current_stream(self.device))
-        return event
-
-    def span_ms(self, start: Any, end: Any) -> float | None:
-        """Milliseconds from ``start`` to ``end`` once the device has passed ``end`` (None: not yet)."""
-        return start.elapsed_time(end) if end.query() else None
-
-
-def block_clock(device: torch.device) -> DeviceClock | None:
-    """The clock a trial of blocks on ``device`` measures with (None: a device without a timeline to read)."""
-    return DeviceClock(device) if device.type == "cuda" else None
 
 
 @dataclass
@@ -65,14 +35,19 @@ class StepTrial:
     """One trial of an executor's switches (see the module docstring); driven by its blocks' begin and end."""
 
     clock: Any
-    pairs: int = TRIAL_PAIRS
-    margin: float = TRIAL_MARGIN
-    min_wins: int = TRIAL_MIN_WINS
-    max_scatter: float = TRIAL_MAX_SCATTER
+    pairs: int = DEFAULT_POLICY.trial_pairs
+    margin: float = DEFAULT_POLICY.trial_margin
+    min_wins: int = DEFAULT_POLICY.trial_min_wins
+    max_scatter: float = DEFAULT_POLICY.trial_max_scatter
     blocks: int = 0  # blocks begun
     spans_ms: dict[str, list[float]] = field(default_factory=lambda: {"on": [], "off": []})
     _open: tuple[str, Any] | None = None  # the block under way: its arm and start mark
     _pending: list[tuple[str, Any, Any]] = field(default_factory=list)  # ended blocks whose spans the device owes
+
+    @classmethod
+    def from_policy(cls, clock: Any, policy: SwitchPolicy) -> StepTrial:
+        """A trial with ``policy``'s pairs, margin, least wins and most scatter."""
+        return cls(clock, policy.trial_pairs, policy.trial_margin, policy.trial_min_wins, policy.trial_max_scatter)
 
     def arm(self, block: int) -> str:
         """The arm of block ``block`` (from 0): pairs in ABBA order, ``on`` first."""

@@ -1,0 +1,204 @@
+"""Decisions: what one problem runs, PyTorch's own path or a candidate whose gain is known to pay.
+
+The gain over PyTorch's default is known from, in order:
+
+- the records the model ships with, for a problem they measured (measurements of this GPU);
+- a measurement here (verify mode, :mod:`algosel.runtime.verify`);
+- the model's predicted times, near the records with ``min_predicted_ratio`` and far from them with
+  ``min_predicted_ratio_far``;
+
+and otherwise the problem passes through: a network the model knows nothing about runs at PyTorch's speed. What
+leaving PyTorch's path costs is the least gain (``min_gain_us``), the path's own host cost, and the host time per
+call the candidate takes over PyTorch's default where the records or the measurement timed it
+(:func:`~algosel.runtime.policy.host_extra_us`). Decisions go into the persistent cache (:mod:`algosel.runtime.cache`),
+so a later process decides nothing again; a cached decision is judged again under the reading executor's policy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from algosel.problem import ConvProblem
+from algosel.runtime.cache import Decision, RuntimeCache
+from algosel.runtime.candidates import CandidateSource, Ranked
+from algosel.runtime.device import DeviceProbe
+from algosel.runtime.policy import BELOW_THRESHOLD, SwitchPolicy, fastest, finite, judge, worth_a_closer_look
+from algosel.runtime.routes import one_matrix_product
+from algosel.runtime.verify import Verifier
+
+#: :meth:`Decider.before_timing`'s verdicts on a direction: look at the device first, or switch at once.
+LOOK, EXEMPT = "look", "exempt"
+
+
+class Decider:
+    """Decides problems for one executor (see the module docstring)."""
+
+    def __init__(self, policy: SwitchPolicy, selector: Any, candidates: CandidateSource, verifier: Verifier,
+                 device: DeviceProbe, cache: Callable[[], RuntimeCache | None], native: Callable[[], Any],
+                 max_workspace_bytes: int | None = None):  # fmt: skip
+        self.policy, self.selector, self.candidates, self.verifier = policy, selector, candidates, verifier
+        self.device = device
+        self._cache, self._native = cache, native
+        self.max_workspace_bytes = max_workspace_bytes
+        self.dtypes = set(selector.manifest.get("dtypes", ("float32", "float16")))
+        #: Decisions :meth:`before_timing` made for recorded or cached directions, for :meth:`take` (deciding
+        #: them again would repeat the records' lookup, or the cache's rejudging).
+        self._known: dict[ConvProblem, Decision] = {}
+
+    @property
+    def verify(self) -> int:
+        return self.verifier.k
+
+    def take(self, problem: ConvProblem, device: torch.device) -> Decision:
+        """``problem``'s decision: the one :meth:`before_timing` made, else :meth:`decide`'s."""
+        return self._known.pop(problem, None) or self.decide(problem, device)
+
+    def decide(self, problem: ConvProblem, device: torch.device) -> Decision:
+        """What ``problem`` runs; from the persistent cache where it has a decision made the same way."""
+        if problem.dtype not in self.dtypes:
+            return Decision(problem.key, "pytorch:default", "model", "dtype not covered")
+        cache = self._cache() if device.type == "cuda" else None
+        if cache is not None:
+            hit = cache.get(problem.key)
+            # A verifying executor trusts measurements and records only; a predicted decision is made again.
+            if hit is not None and (not self.verify or hit.source in ("records", "measured")):
+                return self.rejudge(problem, hit)
+        decision = self.decide_uncached(problem, device)
+        if cache is not None and decision.source in ("records", "measured", "predicted"):
+            cache.put(decision)
+        return decision
+
+    def decide_uncached(self, problem: ConvProblem, device: torch.device) -> Decision:
+        """:meth:`decide` without the persistent cache."""
+        if self.selector.is_recorded(problem):
+            return self._recorded(problem)
+        if self.verify and self.device.can_time(device):
+            measured = self.verifier.measure(problem, device)
+            if measured.why_not:
+                return Decision(problem.key, "pytorch:default", "model", measured.why_not)
+            times, host_us = measured.times_ms, measured.host_us
+            return self._judge(problem, fastest(times, host_us), times, times.get("pytorch:default"), "measured",
+                               self.policy.min_measured_ratio, host_us)  # fmt: skip
+        # The model's shortlist of the nearest recorded problem's list, judged by its predicted times. Only where
+        # these predict a gain worth a closer look is cuDNN's live list of the problem ranked instead: the query
+        # costs ~50 ms a problem (6.8 s of EfficientNet-B0 autocast's 7.3 s first pass on the H200), and it is paid
+        # again at every new input size of a network whose input varies.
+        k = self.policy.predict_top_k
+        decision = self._predicted(problem, self.candidates.ranked(problem, False, k))
+        live = device.type == "cuda" and self.candidates.live_available()
+        if live and decision.times_ms and worth_a_closer_look(self.policy, decision.times_ms):
+            decision = self._predicted(problem, self.candidates.ranked(problem, True, k))
+        return decision
+
+    def _recorded(self, problem: ConvProblem) -> Decision:
+        """A recorded problem: its records' fastest (verify mode: they are measurements of this GPU) or the model's
+        pick, judged by the recorded times."""
+        sel = self.selector
+        rows = sel.catalogue.rows(problem.key) or []
+        default_ms = sel.catalogue.time_ms(problem.key, "pytorch:default")
+        if self.verify:
+            times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows
+                     if r.get("status") == "ok" and finite(r.get("time_ms_median"))
+                     and self._allowed(problem, r)}  # fmt: skip
+            host_us = self.recorded_host_us(problem, list(times))
+            cid = fastest(times, host_us)
+            host_us = {c: host_us[c] for c in (cid, "pytorch:default") if c in host_us}
+        else:
+            cid = sel.choose(problem, self.max_workspace_bytes, top_k=1, live=False)[0].candidate_id
+            times = {}
+            for c in (cid, "pytorch:default"):
+                t = sel.catalogue.time_ms(problem.key, c)
+                if t is not None:
+                    times[c] = t
+            host_us = self.recorded_host_us(problem, [cid, "pytorch:default"])
+        return self._judge(problem, cid, times, default_ms, "records", self.policy.min_measured_ratio, host_us)
+
+    def _predicted(self, problem: ConvProblem, ranked: Ranked) -> Decision:
+        """The decision of the model's shortlist ``ranked`` for an unrecorded problem, by their predicted times."""
+        ids = [c.candidate_id for c in ranked.choices]
+        if not self.verifier.has_times():
+            why = "predicted best" if ids[0] == "pytorch:default" else "no gain estimate for an unrecorded problem"
+            return Decision(problem.key, "pytorch:default", "model", why)
+        times = self.verifier.predicted(problem, list(dict.fromkeys([*ids, "pytorch:default"])), ranked)
+        best = min(ids, key=lambda c: times.get(c, math.inf))
+        return self._judge(problem, best, times, times.get("pytorch:default"), "predicted",
+                           self.min_predicted_ratio(problem),
+                           self.recorded_host_us(problem, [best, "pytorch:default"]))  # fmt: skip
+
+    def min_predicted_ratio(self, problem: ConvProblem) -> float:
+        """How much faster than PyTorch's default the model must predict a candidate of ``problem`` to switch."""
+        return self.policy.min_predicted(self.verifier.far_from_records(problem))
+
+    def rejudge(self, problem: ConvProblem, hit: Decision) -> Decision:
+        """A cached decision under this executor's policy: a switch is kept only if it still pays; a pass-through for
+        a gain below the threshold is judged again with its fastest candidate."""
+        times = hit.times_ms
+        default_ms = times.get("pytorch:default")
+        if default_ms is None:
+            return hit
+        if not hit.passes_through:
+            cid = hit.candidate_id
+        elif hit.reason == BELOW_THRESHOLD:
+            others = {c: t for c, t in times.items() if c != "pytorch:default" and finite(t)}
+            if not others:
+                return hit
+            cid = min(others, key=others.get)
+        else:
+            return hit
+        ratio = self.min_predicted_ratio(problem) if hit.source == "predicted" else self.policy.min_measured_ratio
+        host_us = hit.host_us if hit.source == "measured" else self.recorded_host_us(problem, [cid, "pytorch:default"])
+        return self._judge(problem, cid, times, default_ms, hit.source, ratio, host_us)
+
+    def _judge(self, problem: ConvProblem, cid: str, times: dict[str, float], default_ms: float | None, source: str,
+               min_ratio: float, host_us: dict[str, float] | None) -> Decision:  # fmt: skip
+        overhead_us = 0.0 if cid == "pytorch:default" else self.overhead_us(problem, cid)
+        return judge(self.policy, problem.key, cid, times, default_ms, source, min_ratio, overhead_us, host_us)
+
+    def overhead_us(self, problem: ConvProblem, candidate_id: str) -> float:
+        """Host time per call that leaving PyTorch's path for ``candidate_id`` costs: nothing measurable for a GEMM
+        lowering that is one matrix product or a cuDNN plan on the compiled path, the Python Function's otherwise."""
+        if candidate_id.startswith("gemm:"):
+            one = one_matrix_product(problem.directions()[0])
+            return 0.0 if one else self.policy.python_path_overhead_us
+        return 0.0 if self._native() is not None else self.policy.python_path_overhead_us
+
+    def recorded_host_us(self, problem: ConvProblem, candidate_ids: list[str]) -> dict[str, float]:
+        """The records' host time per call of ``candidate_ids`` on ``problem`` (or its nearest recorded problem);
+        empty where nothing but PyTorch's default is asked."""
+        if all(c == "pytorch:default" for c in candidate_ids):
+            return {}
+        return self.selector.host_us(problem, candidate_ids)
+
+    def _allowed(self, problem: ConvProblem, row: dict[str, Any]) -> bool:
+        from algosel.learn.rules import allowed  # noqa: PLC0415
+
+        return allowed(row, problem.direction, problem.dtype, self.selector.blocked, self.max_workspace_bytes)
+
+    # ----------------------------------------------------------------------------------- looking first
+    def before_timing(self, problem: ConvProblem, device: torch.device, planned: bool) -> str:
+        """What looking first does for one direction of a new signature (``planned``: it has a plan already):
+        :data:`LOOK` where deciding it would time its shortlist; :data:`EXEMPT` where its known or predicted gain
+        is one probation exempts (``probation_exempt_gain_us``: switched at once, no looks); ``""`` otherwise."""
+        if not self.device.can_time(device) or planned or problem.dtype not in self.dtypes:
+            return ""
+        exempt_us = self.policy.probation_exempt_gain_us
+        cache = self._cache() if device.type == "cuda" else None
+        hit = cache.get(problem.key) if cache is not None else None
+        if self.selector.is_recorded(problem) or (hit is not None and hit.source in ("records", "measured")):
+            known = self._known.get(problem)
+            if known is None:  # from the records or the cache: nothing is timed
+                known = self._known[problem] = self.decide(problem, device)
+            return EXEMPT if known.gain_us() >= exempt_us else ""
+        # the nearest recorded list: a query of cuDNN's live list is not paid by a signature whose looks find the
+        # device idle
+        ids = self.verifier.shortlist_to_time(problem, live=False)[0]
+        if ids and self.verifier.has_times():
+            times = self.verifier.predicted(problem, [*ids, "pytorch:default"])
+            default_ms = times.get("pytorch:default", math.nan)
+            if 1e3 * (default_ms - min(times.get(c, math.inf) for c in ids)) >= exempt_us:
+                return EXEMPT
+        return LOOK if ids else ""

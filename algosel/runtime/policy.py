@@ -1,0 +1,231 @@
+"""The runtime's rules in one place: :class:`SwitchPolicy` holds every threshold, and the functions below apply them.
+
+An executor takes one policy (``Executor(policy=...)``); a variant is ``dataclasses.replace(DEFAULT_POLICY, ...)``.
+Nothing here has state, and nothing else in :mod:`algosel.runtime` holds a tunable number. Each field's comment
+says what the number does and what it rests on; the measurements behind them are in docs/hook.md ("The rules") and
+the dated pages of docs/results/.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from algosel.runtime.cache import Decision
+
+
+@dataclass(frozen=True)
+class VerifyTimer:
+    """Verify mode's timer (the sweeper's ``CudaEventTimer`` settings): a small budget, as a few repeats behind a
+    blocked stream rank a shortlist. A candidate whose warm-up run takes over ``single_factor`` times the best so far
+    (PyTorch's default, timed first) keeps that run as its only time: it cannot be kept (it must beat the default by
+    ``min_measured_ratio``), and repeats would be spent on a rank already clear."""
+
+    budget_ms: float = 1.0
+    min_repeats: int = 3
+    max_repeats: int = 5
+    slow_factor: float = 1.25
+    single_factor: float = 1.25
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class SwitchPolicy:
+    """When the runtime leaves PyTorch's convolution for a candidate, and what it spends finding out.
+
+    Every field has the default the project measured (H200, cuDNN 9.19; docs/hook.md, "The rules"). Gains and host
+    costs are per call in microseconds, device times in milliseconds, shares in [0, 1].
+    """
+
+    # -- what a switch must gain -----------------------------------------------------------------------------
+    #: Least device time a switch saves per call. 20 us keeps 98.2% of the records' saved time switching 20% of
+    #: problems instead of 46% (2 us); host-bound steps gain nothing from smaller savings (benchmarks/zoo.py).
+    min_gain_us: float = 20.0
+    #: Least speed-up (default / candidate) by measurement or records: run-to-run noise stays within ~2%.
+    min_measured_ratio: float = 1.03
+    #: Least speed-up by the model's predicted times near the records: 1.5 makes 0.3% of held-out problems >1%
+    #: slower than the default (1.15: 3.5%) for 0.484x the default's total time.
+    min_predicted_ratio: float = 1.5
+    #: Records distance (sum of |log2 ratio| over shape fields) beyond which predicted times are extrapolations.
+    near_records_distance: float = 2.0
+    #: Least predicted speed-up there: 18 of 30 far switches at 1.5 measured slower than the default.
+    min_predicted_ratio_far: float = 3.0
+    #: Host time the Python autograd Function adds per call over PyTorch's own (H200: +57 us cuDNN, +51 us GEMM).
+    python_path_overhead_us: float = 60.0
+    #: Candidates of the model's shortlist whose predicted times prediction mode compares.
+    predict_top_k: int = 3
+
+    # -- what verify mode times --------------------------------------------------------------------------------
+    #: No timing where the default is predicted under ``min_gain_us / verify_skip_factor`` (it cannot save the
+    #: least gain; the default takes over twice its predicted time on 6.1% of held-out problems).
+    verify_skip_factor: float = 2.0
+    #: With the gain filter, a default predicted this long (ms) is timed whatever its predicted gain.
+    verify_always_time_ms: float = 0.1
+    #: Of a timed shortlist, only candidates predicted within this ratio of the default are built (2.30 a problem
+    #: instead of 3.00, keeping 98.6% of the device time timing finds).
+    verify_max_predicted_ratio: float = 1.0
+    #: The same far from the records, where predictions extrapolate.
+    verify_max_predicted_ratio_far: float = 3.0
+    #: A default measured this long (ms) a call makes verify mode time the rest of cuDNN's lists too ...
+    verify_whole_list_ms: float = 0.25
+    #: ... up to this many candidates in all on one problem (PyTorch's benchmark mode times 10) ...
+    verify_list_max: int = 10
+    #: ... none started after this many seconds on one problem.
+    verify_rest_budget_s: float = 0.1
+    #: A plan build longer than this (s) that lost leaves its engine out on problems of the same kind for the rest of
+    #: the process (ConvNeXt-T autocast: engines 19/16 took 0.14-0.99 s a build and never won).
+    verify_slow_build_s: float = 0.05
+    #: cuDNN heuristic modes whose lists the shortlist ranks (mode B's query costs several times A's and
+    #: FALLBACK's together, and finds the same 0.905 of the default's total time on 834 unrecorded problems).
+    verify_live_modes: tuple[str, ...] = ("a", "fallback")
+    #: Modes whose lists the rest of the list comes from (all three, as the model was trained on them).
+    verify_whole_list_modes: tuple[str, ...] = ("a", "b", "fallback")
+    #: cuDNN's behaviour note of a config whose plan build compiles a kernel: left out of the rest of the list.
+    runtime_compiled_note: str = "runtime_compilation"
+    timer: VerifyTimer = field(default_factory=VerifyTimer)
+
+    # -- probation: is the device what the step waits on? --------------------------------------------------------
+    #: Calls of a switching signature that look at the device before the switch is made (0: switch at once).
+    probe_calls: int = 8
+    #: Least share of a route's forward (or backward) looks that must find the device busy: 0.75 dropped every
+    #: switch of EfficientNet-V2-S and kept 9 of EfficientNet-B0's 12 (their default's busy shares 0.09 and 0.72).
+    min_busy_fraction: float = 0.75
+    #: Least busy share of all the executor's looks pooled: MyNet kept a losing switch by the per-route share.
+    min_network_busy_fraction: float = 0.75
+    #: Looks within this many seconds after any planning do not count (planning synchronizes the device).
+    probe_settle_s: float = 0.05
+    #: A switch known to save this much device time per call (us) is made without probation (fully connected
+    #: mode saves milliseconds; at 200 us MyNet's 1x7 switch was exempted and cost its host-bound step 2.7%).
+    probation_exempt_gain_us: float = 1000.0
+    #: Busy share probation asks while a step trial is still to judge the switches: the trial measures the rest.
+    trial_busy_fraction: float = 0.25
+
+    # -- blocks: stepping aside, the step trial ------------------------------------------------------------------
+    #: Quiet blocks (no new call signature) after which an executor with nothing switched steps aside (even a
+    #: pass-through's compiled dispatch costs a host-bound step ~1%).
+    step_aside_after_blocks: int = 2
+    #: A stepped-aside executor still routes one block in this many, to meet new call signatures.
+    look_again_every_blocks: int = 50
+    #: Pairs of blocks a step trial measures (ABBA order, one with the switches and one without each).
+    trial_pairs: int = 8
+    #: Least median gain of the switched blocks (a fraction of PyTorch's block span) for the switches to stay.
+    trial_margin: float = 0.005
+    #: Pairs whose switched block must be the shorter (a sign test: 7 of 8 by chance in 3.5% of equal trials).
+    trial_min_wins: int = 7
+    #: Most scatter of the pairs' log ratios (median absolute deviation) for the trial to decide anything.
+    trial_max_scatter: float = 0.05
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or (isinstance(value, (int, float)) and not value >= 0):
+                raise ValueError(f"SwitchPolicy.{f.name} must be a number >= 0, got {value!r}")
+            if f.type == "int" and not isinstance(value, int):
+                raise ValueError(f"SwitchPolicy.{f.name} must be an integer, got {value!r}")
+        for name in ("min_busy_fraction", "min_network_busy_fraction", "trial_busy_fraction"):
+            if getattr(self, name) > 1:
+                raise ValueError(f"SwitchPolicy.{name} is a share of looks in [0, 1], got {getattr(self, name)!r}")
+        if self.trial_min_wins > self.trial_pairs:
+            raise ValueError(f"SwitchPolicy.trial_min_wins ({self.trial_min_wins}) exceeds trial_pairs "
+                             f"({self.trial_pairs})")  # fmt: skip
+
+    def min_predicted(self, far: bool) -> float:
+        """The least predicted speed-up of a switch, near the records or far from them."""
+        return self.min_predicted_ratio_far if far else self.min_predicted_ratio
+
+    def max_predicted(self, far: bool) -> float:
+        """How much slower than the default verify mode may predict a candidate and still time it."""
+        return self.verify_max_predicted_ratio_far if far else self.verify_max_predicted_ratio
+
+
+#: The measured defaults.
+DEFAULT_POLICY = SwitchPolicy()
+
+# -- reasons: what a pass-through's statistics say -------------------------------------------------------------------
+#: A gain that did not pay (a cached one is judged again by the reading executor's policy).
+BELOW_THRESHOLD = "gain below the threshold"
+#: Verify mode did not time a problem predicted shorter than the least gain ...
+TOO_SHORT_TO_PAY = "predicted shorter than the least gain"
+#: ... nor one whose predicted gain is under it (``gain_filter``).
+PREDICTED_GAIN_TOO_SMALL = "predicted gain under the least gain"
+#: Probation found the device idle at the route's calls ...
+DEVICE_IDLE = "device idle at the call"
+#: ... or at most of the network's switching calls.
+NETWORK_IDLE = "device idle at most of the network's calls"
+#: The step trial found PyTorch's own convolutions as fast.
+TRIAL_SAME = "step as fast without the switches"
+#: What a call that looks at the device counts as, per direction.
+PROBING = "pytorch:probing the device"
+#: What a signature that looks before its shortlist is timed runs meanwhile.
+LOOKING = "pytorch:looking before timing"
+
+
+def finite(v: Any) -> bool:
+    """Whether ``v`` is a time (not None, not NaN)."""
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def host_extra_us(host_us: dict[str, float], candidate_id: str) -> float:
+    """Host time per call ``candidate_id`` takes over PyTorch's default, as measured (0 where either is unknown, or
+    where the candidate is cheaper: a host-bound step gains nothing from a cheaper launch it does not wait on). A
+    switch pays it on top of the least gain (engines 46, 41, 50, 61, 18 and 3 cost +11 to +30 us a call; the rest
+    within +-5 us: ``benchmarks/archive/host_cost_records.py``)."""
+    t, t_default = host_us.get(candidate_id), host_us.get("pytorch:default")
+    if not (finite(t) and finite(t_default)):
+        return 0.0
+    return max(0.0, t - t_default)
+
+
+def fastest(times: dict[str, float], host_us: dict[str, float]) -> str:
+    """The measured candidate of least device time plus the host time it takes over PyTorch's default (as if they
+    added up, which a host-bound step comes close to)."""
+    if not times:
+        return "pytorch:default"
+    return min(times, key=lambda c: times[c] + host_extra_us(host_us, c) / 1e3)
+
+
+def worth_a_closer_look(policy: SwitchPolicy, times_ms: dict[str, float]) -> bool:
+    """Whether predicted times of a shortlist and the default leave a gain to look for: the best of the others saving
+    at least ``min_gain_us / verify_skip_factor``, or a default of at least ``verify_always_time_ms``, or a time
+    unknown. Where not, neither timing the shortlist nor querying cuDNN's live list is worth its cost."""
+    default_ms = times_ms.get("pytorch:default")
+    best_ms = min((t for c, t in times_ms.items() if c != "pytorch:default" and finite(t)), default=None)
+    if default_ms is None or best_ms is None or default_ms >= policy.verify_always_time_ms:
+        return True
+    return 1e3 * (default_ms - best_ms) * policy.verify_skip_factor >= policy.min_gain_us
+
+
+def too_short_to_pay(policy: SwitchPolicy, default_ms: float | None) -> bool:
+    """Whether a default predicted to take ``default_ms`` is too short for any candidate to save the least gain."""
+    return default_ms is not None and 1e3 * default_ms * policy.verify_skip_factor < policy.min_gain_us
+
+
+def pruned_shortlist(ids: list[str], times_ms: dict[str, float], max_ratio: float) -> list[str]:
+    """The candidates of ``ids`` (best first) predicted within ``max_ratio`` of PyTorch's default, the first one
+    whatever its time: building a cuDNN plan costs more of verify mode's first pass than timing it."""
+    default_ms = times_ms.get("pytorch:default")
+    if default_ms is None:
+        return ids
+    kept = [c for c in ids if finite(times_ms.get(c)) and times_ms[c] <= max_ratio * default_ms]
+    return kept or ids[:1]
+
+
+def judge(policy: SwitchPolicy, problem_key: str, cid: str, times: dict[str, float], default_ms: float | None,
+          source: str, min_ratio: float, overhead_us: float, host_us: dict[str, float] | None = None,
+          ) -> Decision:  # fmt: skip
+    """Keep ``cid`` only where its gain over PyTorch's default pays what leaving PyTorch's path costs: the least gain,
+    the path's own host cost ``overhead_us``, and the host time the candidate takes over the default (``host_us``),
+    and is at least ``min_ratio`` times faster."""
+    host_us = dict(host_us or {})
+    if cid == "pytorch:default":
+        return Decision(problem_key, cid, source, "fastest", times, host_us)
+    t = times.get(cid)
+    if t is None or default_ms is None:
+        return Decision(problem_key, "pytorch:default", source, "no time for the choice or the default", times, host_us)
+    gain_us = 1e3 * (default_ms - t)
+    if gain_us < policy.min_gain_us + overhead_us + host_extra_us(host_us, cid) or default_ms < min_ratio * t:
+        return Decision(problem_key, "pytorch:default", source, BELOW_THRESHOLD, times, host_us)
+    return Decision(problem_key, cid, source, "", times, host_us)
