@@ -128,3 +128,62 @@ def test_a_cycle_would_be_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "_graph", lambda: graph)
     with pytest.raises(AssertionError, match="import cycles"):
         test_no_import_cycle()
+
+
+#: The runtime's own layers, bottom first (docs/architecture.md, "The runtime"): a runtime module imports only its
+#: row and the rows above it. Imports under ``if TYPE_CHECKING:`` are for annotations and do not count.
+RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("cache",),
+    ("policy",),
+    ("stats", "device", "state", "trial", "autograd_thread", "native", "unseen"),
+    ("routes", "plans", "candidates"),
+    ("probation", "verify"),
+    ("decisions", "blocks"),
+    ("function",),
+    ("call",),
+    ("executor",),
+    ("ops", "hook", "api", "doctor", "standins"),
+)
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The ``algosel.runtime`` modules a file imports, outside ``if TYPE_CHECKING:`` blocks."""
+    tree = ast.parse(path.read_text())
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            skipped |= {id(n) for n in ast.walk(node)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("algosel.runtime."):
+            found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.ImportFrom) and node.module == "algosel.runtime":
+            found |= {a.name for a in node.names}
+    return found
+
+
+def test_runtime_modules_import_only_downward():
+    row = {name: i for i, names in enumerate(RUNTIME_LAYERS) for name in names}
+    modules = sorted(p for p in (PACKAGE / "runtime").glob("*.py") if p.stem != "__init__")
+    missing = [p.stem for p in modules if p.stem not in row]
+    assert not missing, f"runtime modules in no row of RUNTIME_LAYERS: {missing}"
+    upward = [f"runtime.{p.stem} (row {row[p.stem]}) imports runtime.{t} (row {row[t]})"
+              for p in modules for t in _runtime_imports(p) if row[t] > row[p.stem]]  # fmt: skip
+    assert not upward, "\n".join(upward)
+
+
+def test_runtime_modules_stay_small():
+    """One idea a module: none of the runtime's over ~400 lines."""
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE / "runtime").glob("*.py")}
+    assert max(sizes.values()) <= 420, {n: s for n, s in sizes.items() if s > 420}
+
+
+def test_importing_the_hook_loads_no_model_library():
+    """``import algosel.hook`` loads neither LightGBM nor pandas: those come with the first model."""
+    import subprocess
+
+    code = "import sys, algosel.hook; print(sorted(m for m in ('lightgbm', 'pandas') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
