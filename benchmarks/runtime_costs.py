@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from compare import median_interval
 from standins import Predicting
 
 from algosel.operands import conv_args, make_operands, relative_error
@@ -220,14 +221,12 @@ def _paired_extra_us(default_fn, hook_fn, pairs: int, calls: int) -> dict:
             hook_us.append(t[1])
     finally:
         gc.enable()
-    diffs = np.subtract(hook_us, default_us)
-    rng = np.random.default_rng(0)
-    boot = np.sort(np.median(rng.choice(diffs, size=(2000, len(diffs))), axis=1))
+    extra, lo, hi = median_interval(np.subtract(hook_us, default_us))
     return {
         "F.conv2d_us": round(statistics.median(default_us), 2),
         "hook_us": round(statistics.median(hook_us), 2),
-        "extra_us": round(float(np.median(diffs)), 2),
-        "extra_us_95": [round(float(boot[49]), 2), round(float(boot[1949]), 2)],
+        "extra_us": round(extra, 2),
+        "extra_us_95": [round(lo, 2), round(hi, 2)],
     }
 
 

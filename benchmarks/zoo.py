@@ -54,6 +54,8 @@ import sys
 import time
 from pathlib import Path
 
+from compare import median_interval, paired_ratios, ratio_of_medians
+
 #: name -> (batch, input size, kind)
 NETS: dict[str, tuple[int, int, str]] = {
     "resnet50": (32, 224, "cls"),
@@ -451,7 +453,7 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
         out[f"{m}_steps_ms"] = [round(t, 3) for t in times[m]]
     for m in modes[1:]:
         # the median of the ratios of neighbouring steps, and the ratio of the medians
-        out[f"{m}_vs_default"] = statistics.median(a / b for a, b in zip(times[m], times["default"]))
+        out[f"{m}_vs_default"] = float(statistics.median(paired_ratios(times[m], times["default"])))
         out[f"{m}_vs_default_of_medians"] = out[f"{m}_step_ms"] / out["default_step_ms"]
     for m in modes:
         out[f"{m}_host_ms"] = statistics.median(host[m])
@@ -641,12 +643,7 @@ def drive(args) -> None:
 def _slot_ratios(row: dict, mode: str, base: str = "default"):
     """The ratios of ``mode``'s slots to their neighbouring ``base`` slots in one paired row (None: not
     recorded)."""
-    import numpy as np
-
-    a, b = row.get(f"{mode}_steps_ms"), row.get(f"{base}_steps_ms")
-    if not a or not b or len(a) != len(b):
-        return None
-    return np.asarray(a) / np.asarray(b)
+    return paired_ratios(row.get(f"{mode}_steps_ms"), row.get(f"{base}_steps_ms"))
 
 
 def pooled_ratio(rows: list[dict], mode: str, resamples: int = 2000, base: str = "default"
@@ -654,18 +651,10 @@ def pooled_ratio(rows: list[dict], mode: str, resamples: int = 2000, base: str =
     """The median slot ratio of ``mode`` to ``base`` over the paired rows of one (network, dtype), each from a
     process of its own, with a 95% bootstrap interval that resamples the processes and then the slots within each
     (host-bound steps vary more between processes than within one); None where fewer than 4 slots were recorded."""
-    import numpy as np
-
-    per_process = [r for r in (_slot_ratios(row, mode, base) for row in rows) if r is not None and len(r)]
+    per_process = [r for r in (_slot_ratios(row, mode, base) for row in rows) if r is not None]
     if sum(len(r) for r in per_process) < 4:
         return None
-    rng = np.random.default_rng(0)
-    medians = np.empty(resamples)
-    for i in range(resamples):
-        picked = rng.integers(0, len(per_process), len(per_process))
-        medians[i] = np.median(np.concatenate([rng.choice(per_process[j], len(per_process[j])) for j in picked]))
-    lo, hi = np.percentile(medians, [2.5, 97.5])
-    return float(np.median(np.concatenate(per_process))), float(lo), float(hi)
+    return median_interval(per_process, resamples)
 
 
 def cross_process_ratio(a_ms: list[float], b_ms: list[float], resamples: int = 2000
@@ -674,17 +663,9 @@ def cross_process_ratio(a_ms: list[float], b_ms: list[float], resamples: int = 2
     configurations that cannot share a process), with a 95% bootstrap interval that resamples the processes of each
     side; None where either side is empty. With one process on a side the interval holds only the other side's
     spread: host-bound steps vary by up to 15% between processes, so read it with the processes counted."""
-    import numpy as np
-
-    a, b = np.asarray(a_ms, dtype=float), np.asarray(b_ms, dtype=float)
-    if not len(a) or not len(b):
+    if not len(a_ms) or not len(b_ms):
         return None
-    rng = np.random.default_rng(0)
-    ratios = np.median(rng.choice(a, (resamples, len(a))), axis=1) / np.median(
-        rng.choice(b, (resamples, len(b))), axis=1
-    )
-    lo, hi = np.percentile(ratios, [2.5, 97.5])
-    return float(np.median(a) / np.median(b)), float(lo), float(hi)
+    return ratio_of_medians(a_ms, b_ms, resamples)
 
 
 def config_label(row: dict) -> str:
