@@ -27,8 +27,6 @@ import time
 from dataclasses import fields, replace
 from pathlib import Path
 
-import refit_inputs
-
 #: The figures of :func:`algosel.learn.evaluate.summary` that the table prints, cross-validated and held out.
 METRICS = ("geomean", "within_5pct", "total_time_ratio")
 
@@ -49,6 +47,18 @@ def parse_setting(text: str) -> tuple[str, dict]:
         bad = sorted(set(over) - known) if isinstance(over, dict) else [body]
         raise ValueError(f"--setting {name}: {bad[0]!r} is not a RankerParams field to set (one of {sorted(known)})")
     return name, over
+
+
+def input_error(args: argparse.Namespace) -> str | None:
+    """The one-line error for the first bad value of ``--folds``, ``--data`` or ``--params-from``, or None."""
+    if args.folds < 2:
+        return f"--folds must be at least 2, got {args.folds}"
+    for d in args.data:
+        if not Path(d).exists():
+            return f"--data {d} does not exist"
+    if not (Path(args.params_from) / "manifest.json").is_file():
+        return f"--params-from {args.params_from} holds no model (no manifest.json)"
+    return None
 
 
 def run(data: list[str], params_from: str, settings: dict[str, dict], seeds: list[int], folds: int,
@@ -107,7 +117,10 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    refit_inputs.add_arguments(p)
+    p.add_argument("--data", nargs="+", default=["data/sweeps/h200"])
+    p.add_argument("--params-from", default="models/h200-cudnn91900", help="the model whose hyperparameters to use")
+    p.add_argument("--folds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--setting", action="append", default=[], metavar="NAME=JSON")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated LightGBM seeds")
     p.add_argument("--out", help="write the rows as JSON here")
@@ -122,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"ranker_settings.py: --seeds {args.seeds!r} is not comma-separated integers", file=sys.stderr)
         return 2
-    error = refit_inputs.problem("ranker_settings.py", args)
+    error = input_error(args)
     if error:
-        print(error, file=sys.stderr)
+        print(f"ranker_settings.py: {error}", file=sys.stderr)
         return 2
     rows = run(args.data, args.params_from, settings, seeds, args.folds, args.threads)
     print(table(rows))

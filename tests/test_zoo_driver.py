@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import subprocess
 import sys
 
@@ -130,32 +129,6 @@ def test_an_unknown_dtype_is_one_line_naming_it(tmp_path):
     assert not (tmp_path / "z").exists()
 
 
-def test_passthrough_cost_writes_a_row_per_process_and_pools_them(tmp_path, monkeypatch):
-    """benchmarks/passthrough_cost.py on the CPU: every variant's slots (wall and host), one row per process, and
-    the pooled table; an unknown network is one line naming it."""
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    from passthrough_cost import VARIANTS
-
-    out = tmp_path / "pt.jsonl"
-    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
-    script = str(REPO / "benchmarks" / "passthrough_cost.py")
-    cmd = [sys.executable, script, "--nets", "mynet", "--dtypes", "float32", "--device", "cpu", "--rounds", "4",
-           "--slot-steps", "1", "--processes", "2", "--cpus", "0", "--out", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert res.returncode == 0, res.stderr[-2000:]
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["process"] for r in rows] == [0, 1] and all(r["cpus"] == "0" for r in rows)
-    for r in rows:
-        assert "error" not in r, r["error"]
-        assert r["order"][0] == "default" and sorted(r["order"]) == sorted(VARIANTS)
-        assert all(len(r[f"{v}_steps_ms"]) == len(r[f"{v}_hosts_ms"]) == 4 for v in VARIANTS)
-    for v in VARIANTS[1:]:
-        assert f"| mynet | float32 | 2 | {v} | " in res.stdout
-    bad = subprocess.run([sys.executable, script, "--nets", "lenet"], capture_output=True, text=True, timeout=120,
-                         check=False)  # fmt: skip
-    assert bad.returncode == 2 and "unknown network or dtype: lenet" in bad.stderr.strip().splitlines()[-1]
-
-
 def test_the_rotation_runs_with_the_heap_frozen_and_thaws_it_after(monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     import gc
@@ -247,50 +220,6 @@ def test_the_least_gain_and_k_reach_the_modes_that_decide_and_a_cache_folder_of_
     assert zoo.config_label(row) == ", least gain 5 us, verify k 3, probe calls 0"
 
 
-def test_step_profile_prints_its_tables_and_writes_them(tmp_path):
-    """benchmarks/step_profile.py on the CPU (host ops only): the ratios, the hook's routes and the op table."""
-    out = tmp_path / "profile.json"
-    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
-    cmd = [sys.executable, str(REPO / "benchmarks" / "step_profile.py"), "--net", "mynet", "--dtype", "float32",
-           "--rounds", "2", "--most", "12", "--out", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert res.returncode == 0, res.stderr[-2000:]
-    result = json.loads(out.read_text())
-    assert result["P_vs_D"] > 0 and result["N_vs_D"] > 0 and sum(result["P_routes"].values()) > 0
-    assert 4 <= len(result["host_ops"]) <= 12 and result["kernels"] == []  # no GPU here: no kernels
-    # the convolutions rank among the most costly ops of a CPU step (12: the order of the others varies with load)
-    assert any("convolution" in row[0] for row in result["host_ops"])
-    assert "--- host ops, self time per step" in res.stdout
-
-
-def test_cold_profile_prints_both_first_passes_and_their_profiles(tmp_path):
-    """benchmarks/cold_profile.py on the CPU: the default's first pass, then verify and prediction mode's, each
-    with its profile table."""
-    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
-    cmd = [sys.executable, str(REPO / "benchmarks" / "cold_profile.py"), "--net", "mynet", "--dtype", "float32",
-           "--device", "cpu", "--rows", "6"]  # fmt: skip
-    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "mynet float32: default first pass" in res.stdout
-    for verify in (3, 0):
-        assert re.search(rf"== verify={verify}: \d+ passes ", res.stdout), res.stdout[:2000]
-    assert res.stdout.count("Ordered by: cumulative time") == 2 and res.stdout.count("Ordered by: internal time") == 2
-
-
-@pytest.mark.parametrize(
-    ("spec", "message"),
-    [
-        ("mynet:float32", "device_busy.py: needs a CUDA GPU (it looks at a CUDA stream)"),
-        ("mynet:bf16", "device_busy.py: 'mynet:bf16' is not net:dtype (nets: resnet50,"),
-        ("alexnet:amp", "device_busy.py: 'alexnet:amp' is not net:dtype"),
-    ],
-)
-def test_device_busy_says_in_one_line_what_it_cannot_do_here(spec, message):
-    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "device_busy.py"), spec], capture_output=True,
-                         text=True, timeout=120, check=False)  # fmt: skip
-    assert res.returncode == 2 and res.stderr.startswith(message) and len(res.stderr.splitlines()) == 1, res.stderr
-
-
 def test_every_mode_takes_every_place_of_the_rotation_and_follows_every_other(monkeypatch):
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     import zoo
@@ -304,17 +233,6 @@ def test_every_mode_takes_every_place_of_the_rotation_and_follows_every_other(mo
     for m in modes:
         assert {o.index(m) for o in orders} == set(range(len(modes)))
         assert {o[o.index(m) - 1] for o in orders if o.index(m) > 0} == set(modes) - {m}
-
-
-def test_block_entry_cost_times_each_configuration_with_its_executor_standing_aside(monkeypatch, tmp_path):
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    monkeypatch.setenv("ALGOSEL_CACHE_DIR", str(tmp_path))
-    import block_entry_cost
-
-    us = block_entry_cost.run(str(REPO / "models" / "h200-cudnn91900"), blocks=50, repeats=1)
-    assert list(us) == ["nullcontext", "prediction, cache Path made once", "prediction, cache Path made per block",
-                        "verify=3, cache Path made once"]  # fmt: skip
-    assert all(v > 0 for v in us.values())  # run() raises where an executor did not step aside
 
 
 def test_thread_cpu_places_cpu_time_on_the_thread_that_spent_it(monkeypatch):
@@ -482,39 +400,3 @@ def test_benchmark_mode_s_own_process_joins_the_row_of_verify_mode_looking_first
     rows = [line for line in table.splitlines() if line.startswith("| squeezenet1_1")]
     assert len(rows) == 1 and "timing at first call" not in rows[0]
     assert "| 1.143 |" in rows[0] and "| 0.050 |" in rows[0]  # 8.0 / 7.0 and 0.4 / 8.0
-
-
-def test_kernel_table_compares_two_modes_by_convolution():
-    """benchmarks/kernel_table.py --compare on the H200 tables of RegNetY-800MF float32: the op benchmark mode gains
-    most on comes first (the 20-group 3x3 convolution's gradients), with each mode's kernels."""
-    results = REPO / "benchmarks" / "results"
-    a, b = (results / f"kernels-h200-20261203-regnet_y_800mf-float32-{m}.json" for m in ("default", "benchmark"))
-    cmd = [sys.executable, str(REPO / "benchmarks" / "kernel_table.py"), "--compare", str(a), str(b), "--top", "2"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-    assert res.returncode == 0, res.stderr
-    lines = res.stdout.splitlines()
-    assert lines[0] == "regnet_y_800mf float32: kernels a step default 24.50 ms, benchmark 21.94 ms"
-    assert lines[1].split()[0] == "1806" and "[320, 16, 3, 3]" in lines[1] and ", 20, [True, True, False]]" in lines[1]
-    assert lines[2].startswith("    default: 2459 sm80_xmma_wgrad") and lines[3].startswith("    benchmark: 766 ")
-    assert len(lines) == 1 + 2 * 3
-
-
-def test_kernel_table_names_a_bad_mode_in_one_line():
-    cmd = [sys.executable, str(REPO / "benchmarks" / "kernel_table.py"), "resnet50", "float32", "tuned", "x.json"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-    assert res.returncode == 2 and "MODE one of default, benchmark, verify" in res.stderr.splitlines()[-1]
-
-
-def test_plan_threads_prints_each_gradient_on_every_thread(tmp_path):
-    """benchmarks/plan_threads.py on the CPU: a row per distinct convolution and direction, and the totals."""
-    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1"}
-    cmd = [sys.executable, str(REPO / "benchmarks" / "plan_threads.py"), "--net", "mynet", "--dtype", "float32",
-           "--device", "cpu", "--layers", "2"]  # fmt: skip
-    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "mynet float32: 2 convolutions; wall ms per call, synchronized" in res.stdout
-    rows = [line for line in res.stdout.splitlines() if line.startswith("x[")]
-    assert len(rows) == 4 and {r.split()[-6] for r in rows} == {"bwd_data", "bwd_filter"}, res.stdout
-    totals = re.search(r"totals \(ms\): autograd ([\d.]+), on_autograd ([\d.]+), main 1st ([\d.]+), main 2nd "
-                       r"([\d.]+), new thread ([\d.]+)", res.stdout)  # fmt: skip
-    assert totals and all(float(v) > 0 for v in totals.groups()), res.stdout
