@@ -152,7 +152,7 @@ def _timed(ex, problem):
 
 @pytest.mark.parametrize(("default_us", "timed"), [(5.0, False), (9.9, False), (10.1, True), (500.0, True)])
 def test_verify_mode_does_not_time_a_problem_too_short_to_pay(shipped, default_us, timed):
-    """Under the least gain / VERIFY_SKIP_FACTOR (20 us / 2) of predicted default time, nothing is timed (the
+    """Under the least gain / verify_skip_factor (20 us / 2) of predicted default time, nothing is timed (the
     other candidates predicted to take nothing: the predicted gain is the default's whole time)."""
     ex = _verifying(DefaultTakes(shipped, default_us, 0.0))
     got, decision = _timed(ex, ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1))
@@ -756,7 +756,7 @@ def _looking(busy, clock=None, settle_s: float = 0.0, **kw) -> dict:
     ("busy_looks", "expected"),
     [
         ([True] * 8, "gemm"),  # the host is ahead: the device decides the step, so the switch pays
-        ([True] * 6 + [False] * 2, "gemm"),  # busy in 6 of 8 looks: at MIN_BUSY_FRACTION
+        ([True] * 6 + [False] * 2, "gemm"),  # busy in 6 of 8 looks: at min_busy_fraction
         ([True] * 5 + [False] * 3, "pytorch:device idle at the call"),
         ([False] * 8, "pytorch:device idle at the call"),  # host-bound: the device waits, a switch only costs host
     ],
@@ -785,7 +785,7 @@ def test_a_switch_is_made_only_where_the_device_is_busy_when_its_calls_arrive(ex
 def test_probation_looks_again_when_a_calls_gradient_comes_back(executor, monkeypatch, forward_busy, backward_busy,
                                                                 grad, kept):  # fmt: skip
     """A gradient hook looks at the device as the backward reaches each call on probation; the switch is made where
-    the forward looks or the backward looks find the device busy in MIN_BUSY_FRACTION of them."""
+    the forward looks or the backward looks find the device busy in min_busy_fraction of them."""
     # the forward looks at the input (64 channels), the backward at the output's gradient (32)
     busy = _looking(lambda t: forward_busy if t.shape[1] == 64 else backward_busy)
     ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **busy)
@@ -815,7 +815,7 @@ def test_probation_looks_again_when_a_calls_gradient_comes_back(executor, monkey
 def test_a_switch_busy_at_its_own_calls_is_dropped_where_most_of_the_networks_calls_find_the_device_idle(
         executor, monkeypatch, busy_convs, idle_convs, kept):  # fmt: skip
     """``busy_convs`` convolutions' calls find the device busy, ``idle_convs`` others' find it idle: pooled, the
-    looks must find it busy in MIN_NETWORK_BUSY_FRACTION (three quarters) of them for the busy ones' switches to be
+    looks must find it busy in min_network_busy_fraction (three quarters) of them for the busy ones' switches to be
     made (4 of 5: kept; 2 of 3, 1 of 2: dropped)."""
     assert DEFAULT_POLICY.min_network_busy_fraction == 0.75
     by_batch = _looking(lambda x: x.shape[0] < 4 + busy_convs)
@@ -886,7 +886,7 @@ def test_counts_of_the_executor_must_be_non_negative_integers(shipped, name, uni
 @pytest.mark.parametrize(("default_ms", "probed"), [(0.1, True), (1.24, True), (1.26, False), (2.0, False)])
 def test_a_switch_known_to_save_much_device_time_is_made_without_probation(executor, monkeypatch, default_ms, probed):
     """GEMM predicted at a fifth of PyTorch's default: a gain of 0.8 x default_ms a call for the forward. At 1 ms
-    (``PROBATION_EXEMPT_GAIN_US``) or more, the switch is made at once even though the device looks idle."""
+    (``probation_exempt_gain_us``) or more, the switch is made at once even though the device looks idle."""
     assert DEFAULT_POLICY.probation_exempt_gain_us == 1000.0
     ex = hook.Executor(selector=Predicting(executor.selector.model, default_ms=default_ms), live=False,
                        **_looking(False))  # fmt: skip
@@ -921,8 +921,8 @@ def _blocks(ex, x, w, count: int, padding: int = 1) -> list[bool]:
 
 
 def test_an_executor_that_switches_nothing_steps_aside_after_quiet_blocks(shipped):
-    """Every route passes through: after STEP_ASIDE_AFTER_BLOCKS blocks that met nothing new, blocks leave PyTorch's
-    F.conv2d in place (no call of theirs is routed or counted), except one in LOOK_AGAIN_EVERY_BLOCKS; a new call
+    """Every route passes through: after step_aside_after_blocks blocks that met nothing new, blocks leave PyTorch's
+    F.conv2d in place (no call of theirs is routed or counted), except one in look_again_every_blocks; a new call
     signature met there makes every block routed again until it is quiet again."""
     assert DEFAULT_POLICY.step_aside_after_blocks == 2 and DEFAULT_POLICY.look_again_every_blocks == 50
     hook.reset_stats()
@@ -967,7 +967,7 @@ def test_a_block_inside_a_switched_on_hook_does_not_step_aside(shipped):
 
 def test_under_enable_an_executor_with_nothing_to_switch_steps_aside_between_optimizer_steps(shipped):
     """enable() has no blocks: each optimizer step ends one. After two quiet steps the next ones run PyTorch's own
-    F.conv2d; one step in LOOK_AGAIN_EVERY_BLOCKS runs the hook's; disable() leaves PyTorch's."""
+    F.conv2d; one step in look_again_every_blocks runs the hook's; disable() leaves PyTorch's."""
     ex = hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf)
     model = torch.nn.Conv2d(8, 8, 3, padding=1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -1247,7 +1247,7 @@ def test_a_new_call_signature_during_a_step_trial_starts_it_again_once_quiet(exe
 
 def test_without_recurring_blocks_there_is_no_trial_and_probation_keeps_its_three_quarters(executor, monkeypatch):
     """One enabled() around every call (or patch_model): no block has ended, so no trial can judge; the looks
-    decide at MIN_BUSY_FRACTION as before."""
+    decide at min_busy_fraction as before."""
     looks = iter([True] * 3 + [False] * 5)
     ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **_looking(looks, _BlockClock(0.9, 1.0)))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
