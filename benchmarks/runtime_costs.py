@@ -39,32 +39,14 @@ PROBLEMS = {
 }  # fmt: skip
 
 
-class Predicting:
-    """The shipped selector as it sees a problem its records lack, with stand-in predicted times: the candidates of
-    space ``faster`` (e.g. ``"cudnn"``, or a prefix of their ids such as ``"cudnn:eng45"``) ten times faster than
-    PyTorch's default, everything else as fast as it (``faster=None``: nothing pays for leaving PyTorch's path, so
-    every convolution passes through), so that the route measured is the one the executor takes."""
+def Predicting(sel, faster: str | None = None):  # noqa: N802 - reads as the selector it makes
+    """The shipped selector as it sees a problem its records lack, the candidates whose ids start with ``faster``
+    (a space, ``"cudnn"``, or an engine, ``"cudnn:eng45_"``) predicted ten times faster than PyTorch's default and
+    ranked first, so that the route measured is the one the executor takes (``faster=None``: nothing pays, every
+    convolution passes through)."""
+    from algosel.runtime.standins import Preferring
 
-    def __init__(self, sel, faster: str | None = None):
-        self._sel = sel
-        self._faster = faster
-
-    def __getattr__(self, name):
-        return getattr(self._sel, name)
-
-    def is_recorded(self, problem):
-        return False
-
-    def records_distance(self, problem):
-        return self._sel.catalogue.distance(problem)
-
-    def predicted_time_ms(self, problem, candidate_ids):
-        # a space ("cudnn") or a prefix of candidate ids within one ("cudnn:eng45": that engine's configs)
-        prefix = None if not self._faster else self._faster if ":" in self._faster else self._faster + ":"
-        return {c: 0.1 if prefix and c.startswith(prefix) else 1.0 for c in candidate_ids}
-
-    def host_us(self, problem, candidate_ids):
-        return {}  # the route measured is the one asked for, whatever the records say of its host cost
+    return Preferring(sel, faster or "nothing:", 0.1, recorded=False, host_costs=False)
 
 
 def host_us_per_call(fn, calls: int = CALLS, repeats: int = 5, spin_cycles: int = 200_000_000) -> float:
@@ -283,8 +265,8 @@ def measure_hook(problem: ConvProblem, x, w, args_, pairs: int = 20, calls: int 
     for name, ex in variants.items():
         with hook.enabled(ex):
             F.conv2d(x, w, None, **args_)  # plans the forward alone (no input requires grad)
-            routes = sorted({r.kind for r in ex._routes.values()})
-            held = sum(len(r.slots) for r in ex._routes.values())  # signatures the dispatch table runs in C++
+            routes = sorted({r.kind for r in ex.route_list()})
+            held = sum(len(r.slots) for r in ex.route_list())  # signatures the dispatch table runs in C++
             row = _paired_extra_us(lambda: original(x, w, None, **args_), lambda: F.conv2d(x, w, None, **args_),
                                    pairs, calls)  # fmt: skip
             F.conv2d(xg, wg, None, **args_).backward(gy)  # plans the training call's three directions
@@ -294,14 +276,14 @@ def measure_hook(problem: ConvProblem, x, w, args_, pairs: int = 20, calls: int 
                 pairs,
                 max(1, calls // 4),
             )
-            train["route"] = "/".join(sorted({r.kind for r in ex._routes.values()} - set(routes)) or routes)
-            train["held_in_table"] = sum(len(r.slots) for r in ex._routes.values()) - held
+            train["route"] = "/".join(sorted({r.kind for r in ex.route_list()} - set(routes)) or routes)
+            train["held_in_table"] = sum(len(r.slots) for r in ex.route_list()) - held
         # the candidates planned (the route's host cost depends on its cuDNN engine: docs/hook.md)
         planned = sorted(
-            {getattr(getattr(p.runner, "candidate", None), "candidate_id", p.path) for p in ex._plans.values()}
+            {getattr(getattr(p.runner, "candidate", None), "candidate_id", p.path) for _, p in ex.plans.items()}
         )
-        row = {"route": "/".join(routes), "table": ex.fast_run is not None, "held_in_table": held, "planned": planned,
-               **row}  # fmt: skip
+        row = {"route": "/".join(routes), "table": ex.dispatch.fast_run is not None, "held_in_table": held,
+               "planned": planned, **row}  # fmt: skip
         row["fwd+bwd"] = train
         out[name] = row
         if on_variant is not None:  # e.g. written out, so that a run stopped by a time limit keeps it

@@ -525,3 +525,16 @@ def test_a_step_trial_drops_switches_that_do_not_shorten_device_bound_blocks(shi
     assert set(ex.route_reasons()) == {"pytorch:step as fast without the switches"}
     assert ex.dispatch_table() is not table_before and ex.blocks_aside > 0
     assert _close(y, model(x))
+
+
+def test_verify_modes_measurer_takes_the_policys_timer_and_slow_build_bound():
+    import dataclasses
+
+    from algosel.runtime.verify import runtime_measurer
+
+    policy = dataclasses.replace(DEFAULT_POLICY, verify_slow_build_s=0.2)
+    sweeper = runtime_measurer(policy)
+    timer = sweeper.timer
+    assert (timer.budget_ms, timer.min_repeats, timer.max_repeats) == (1.0, 3, 5)
+    assert (timer.slow_factor, timer.single_factor) == (1.25, 1.25)
+    assert sweeper.slow_build_s == 0.2 and sweeper.operand_sets == 1 and sweeper.reference == "first"

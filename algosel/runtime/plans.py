@@ -74,6 +74,10 @@ class PlanBook:
                     plan = self._plans[problem] = self._make(problem, device, decide())
         return plan
 
+    def items(self) -> list[tuple[ConvProblem, Plan]]:
+        """Every problem planned so far, with its plan."""
+        return list(self._plans.items())
+
     def failed(self, problem: ConvProblem) -> None:
         """``problem``'s plan failed at run time: PyTorch's path from now on (not retried on every call)."""
         self._plans[problem] = Plan(None, "pytorch:chosen candidate failed")

@@ -194,3 +194,24 @@ class CudaWithoutTrials:
 
     def block_clock(self, device: torch.device) -> Any:
         return None
+
+
+class RecordedMeasurer(ScriptedMeasurer):
+    """Verify mode's measurer replaying a sweep's records (a :class:`~algosel.records.catalogue.Catalogue`): each
+    candidate's recorded median time and host time on the problem; a candidate the records did not time there
+    gives no row (as one that failed to build). The runtime's measured decisions on real data, on a CPU."""
+
+    def __init__(self, catalogue: Any):
+        self.catalogue = catalogue
+        self._problem_key = ""
+        super().__init__(self._recorded)
+
+    def _recorded(self, cid: str) -> tuple[float, float] | None:
+        t = self.catalogue.time_ms(self._problem_key, cid)
+        if t is None:
+            return None
+        return t, self.catalogue.host_us(self._problem_key, [cid]).get(cid, float("nan"))
+
+    def measure_candidates(self, problem, pairs, source="", deadline_s=None):
+        self._problem_key = problem.key
+        return super().measure_candidates(problem, pairs, source, deadline_s)
