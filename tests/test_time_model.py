@@ -194,7 +194,8 @@ def test_predicted_times_of_the_nearest_list_include_candidates_off_the_shortlis
 
 def test_predicted_times_of_a_list_the_runtime_ranked(slice_model, slice_records):
     """The runtime ranks cuDNN's live list (rank_rows), then asks for its top candidates' times and PyTorch's
-    default's without passing the list: ids the recorded lists lack are found in the ranked one."""
+    default's naming that list (``rows=``): the times rank_rows predicted are reused, and equal those computed
+    afresh; ids the model's own list lacks are not silently looked up in a list ranked before."""
     frame, _ = slice_records
     sel = Selector.load(slice_model[0])
     p = ConvProblem(n=24, c=40, k=88, h=28, w=28, r=3, s=3, pad_h=1, pad_w=1, dtype="float16")
@@ -203,30 +204,35 @@ def test_predicted_times_of_a_list_the_runtime_ranked(slice_model, slice_records
     ranked = sel.rank_rows(p, live)
     ids = [c.candidate_id for c in ranked[:3]]
     assert any(i.endswith("_live") for i in ids)
-    times = sel.predicted_time_ms(p, [*ids, "pytorch:default"])
-    assert times == pytest.approx(sel.predicted_time_ms(p, [*ids, "pytorch:default"], rows=live))
+    times = sel.predicted_time_ms(p, [*ids, "pytorch:default"], rows=live)
+    assert times == pytest.approx(sel.predicted_time_ms(p, [*ids, "pytorch:default"], rows=list(live)))  # afresh
     assert [times[i] for i in ids] == pytest.approx([c.predicted_time_ms for c in ranked[:3]])
-    # A live id off the shortlist was not predicted by rank_rows: computed from the ranked list.
+    # A live id off the shortlist was not predicted by rank_rows: computed from the list named.
     off = [r["candidate_id"] for r in live if r["candidate_id"].endswith("_live")
            and min(r["rank_a"], r["rank_b"]) >= sel.manifest["shortlist_rank"]]  # fmt: skip
-    assert off and sel.predicted_time_ms(p, off[:1])[off[0]] > 0
+    assert off and sel.predicted_time_ms(p, off[:1], rows=live)[off[0]] > 0
+    live_id = next(i for i in ids if i.endswith("_live"))
+    with pytest.raises(ValueError, match="is not a candidate"):  # the model's own list: no live id there
+        sel.predicted_time_ms(p, [live_id])
     with pytest.raises(ValueError, match="is not a candidate"):
-        sel.predicted_time_ms(p, ["cudnn:nowhere"])
+        sel.predicted_time_ms(p, ["cudnn:nowhere"], rows=live)
 
 
-def test_predicted_times_follow_the_list_ranked_last(slice_model):
-    """Ranking a second list of the same problem (verify mode's three lists after its shortlist's two) forgets the
-    times predicted from the first: they came from other list-context features, and the first list's ids are no
-    longer the problem's."""
+def test_predicted_times_are_of_the_list_named_whatever_was_ranked_last(slice_model):
+    """Ranking a second list of the same problem (verify mode's three lists after its shortlist's two) leaves the
+    first list's times to that list: asked of the first list, they are its own; asked of the second, its own."""
     sel = Selector.load(slice_model[0])
     p = ConvProblem(n=24, c=40, k=88, h=28, w=28, r=3, s=3, pad_h=1, pad_w=1, dtype="float16")
     nearest, _ = sel.candidates_for(p, live=False)
     first = [dict(r, candidate_id=r["candidate_id"] + "_a") if r["space"] == "cudnn" else dict(r) for r in nearest]
     second = [dict(r, candidate_id=r["candidate_id"] + "_b") if r["space"] == "cudnn" else dict(r) for r in nearest]
-    top_first = sel.rank_rows(p, first)[0].candidate_id
-    assert top_first.endswith("_a") and sel.predicted_time_ms(p, [top_first])[top_first] > 0
+    ranked_first = sel.rank_rows(p, first)
+    top_first = ranked_first[0].candidate_id
+    assert top_first.endswith("_a") and sel.predicted_time_ms(p, [top_first], rows=first)[top_first] > 0
     ranked = sel.rank_rows(p, second)
     with pytest.raises(ValueError, match="is not a candidate"):
-        sel.predicted_time_ms(p, [top_first])
+        sel.predicted_time_ms(p, [top_first], rows=second)
+    assert sel.predicted_time_ms(p, [top_first], rows=first)[top_first] == pytest.approx(
+        ranked_first[0].predicted_time_ms)  # fmt: skip
     top = ranked[0].candidate_id
-    assert sel.predicted_time_ms(p, [top])[top] == pytest.approx(ranked[0].predicted_time_ms)
+    assert sel.predicted_time_ms(p, [top], rows=second)[top] == pytest.approx(ranked[0].predicted_time_ms)
