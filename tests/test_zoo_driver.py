@@ -69,14 +69,24 @@ def test_repeated_processes_are_pooled_in_the_table(tmp_path):
     assert "A/A, the default against itself (mynet, float32): " in res.stdout
 
 
-def test_the_cold_job_writes_the_first_passes_and_their_ratio_to_tuning(tmp_path):
-    out = tmp_path / "zoo.jsonl"
+def _cold(tmp_path, *flags: str) -> tuple[dict[str, dict], str]:
+    """The cold job on MyNet (CPU, smoke sizes): its rows by dtype, and what it printed."""
+    out = tmp_path / f"zoo{len(flags)}.jsonl"
     env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
     cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "mynet", "--jobs", "cold", "--device",
-           "cpu", "--out", str(out)]  # fmt: skip
+           "cpu", *flags, "--out", str(out)]  # fmt: skip
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
-    rows = {r["dtype"]: r for r in map(json.loads, out.read_text().splitlines())}
+    return {r["dtype"]: r for r in map(json.loads, out.read_text().splitlines())}, res.stdout
+
+
+@pytest.fixture(scope="module")
+def cold_job(tmp_path_factory):
+    return _cold(tmp_path_factory.mktemp("cold"))
+
+
+def test_the_cold_job_writes_the_first_passes_and_their_ratio_to_tuning(cold_job):
+    rows, stdout = cold_job
     assert sorted(rows) == ["amp", "float32"]
     for dtype, r in rows.items():
         assert "error" not in r and r["job"] == "cold"
@@ -85,28 +95,23 @@ def test_the_cold_job_writes_the_first_passes_and_their_ratio_to_tuning(tmp_path
         assert ("tuned_first_pass_s" in r) == (dtype == "amp")  # benchmark mode's tuning in the same process
         assert "predict_step_ms" not in r  # no steady-state rotation
     ratio = rows["amp"]["verify_cold_first_pass_s"] / rows["amp"]["tuned_first_pass_s"]
-    assert f"over 1: geomean {ratio:.3f}, largest {ratio:.3f}" in res.stdout
+    assert f"over 1: geomean {ratio:.3f}, largest {ratio:.3f}" in stdout
 
 
-def test_looking_first_counts_verify_mode_s_cold_cost_until_every_signature_is_decided(tmp_path, monkeypatch):
+def test_looking_first_counts_verify_mode_s_cold_cost_until_every_signature_is_decided(cold_job, tmp_path,
+                                                                                        monkeypatch):  # fmt: skip
     """Verify mode's executor looks before timing (the default); the cold job counts its passes until nothing
     is left undecided (on the CPU nothing is timed, so one pass), and the row says so. ``--no-look-first``: the
     first pass alone, in a row of its own (as results from before looking first was the default)."""
-    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
-    rows = {}
-    for flags in ([], ["--no-look-first"]):
-        out = tmp_path / f"zoo{len(flags)}.jsonl"
-        cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "mynet", "--jobs", "cold", "--device",
-               "cpu", "--dtypes", "float32", *flags, "--out", str(out)]  # fmt: skip
-        res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
-        assert res.returncode == 0, res.stderr[-2000:]
-        (rows[bool(flags)],) = map(json.loads, out.read_text().splitlines())
-        table_row = "| mynet | float32, timing at first call |" if flags else "| mynet | float32 |"
-        assert table_row in res.stdout  # a row apart from verify mode's other configuration
-    row = rows[False]
+    looking, stdout = cold_job
+    assert "| mynet | float32 |" in stdout
+    row = looking["float32"]
     assert row["verify_look_first"] is True and row["verify_cold_passes"] == 1
     assert row["verify_cold_first_pass_s"] == row["verify_cold_raw_s"] > 0 and row["default_steady_pass_s"] > 0
-    assert rows[True]["verify_look_first"] is False and "verify_cold_passes" not in rows[True]
+    rows, stdout = _cold(tmp_path, "--dtypes", "float32", "--no-look-first")
+    (at_first,) = rows.values()
+    assert "| mynet | float32, timing at first call |" in stdout  # a row apart from verify mode's other configuration
+    assert at_first["verify_look_first"] is False and "verify_cold_passes" not in at_first
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     import zoo
 
