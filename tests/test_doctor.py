@@ -53,15 +53,15 @@ def test_doctor_json_lists_local_models_and_the_record_variable(slice_model, tmp
 def test_the_extension_line_is_the_compiled_paths_own_status(monkeypatch: pytest.MonkeyPatch) -> None:
     from algosel.runtime import native
 
-    assert doctor._extension() == native.status()
+    assert doctor.extension_status() == native.status()
     monkeypatch.setenv("ALGOSEL_NATIVE", "0")
-    assert doctor._extension() == "disabled (ALGOSEL_NATIVE=0)"
+    assert doctor.extension_status() == "disabled (ALGOSEL_NATIVE=0)"
 
     def broken() -> str:
         raise OSError("cache folder unreadable")
 
     monkeypatch.setattr(native, "status", broken)
-    assert doctor._extension() == "unknown (OSError: cache folder unreadable)"
+    assert doctor.extension_status() == "unknown (OSError: cache folder unreadable)"
 
 
 def _facts(gpus: bool, error: str | None, space: str | None, local: list[str] | None = None) -> dict:

@@ -276,7 +276,7 @@ def test_hook_passes_bad_input_to_pytorch_on_gpu():
 
     x, w = torch.randn(1, 4, 5, 5, device="cuda"), torch.randn(6, 4, 3, 3)
     with pytest.raises(RuntimeError) as expected:
-        hook._original_conv2d(x, w)
+        hook.original_conv2d(x, w)
     with hook.enabled(), pytest.raises(RuntimeError) as got:
         torch.nn.functional.conv2d(x, w)
     assert str(got.value) == str(expected.value)

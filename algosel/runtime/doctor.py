@@ -45,7 +45,7 @@ def _driver() -> str:
         return f"unknown (NVML: {type(exc).__name__}: {exc})"
 
 
-def _extension() -> str:
+def extension_status() -> str:
     """The compiled path's own one-line status (built, not built and why, disabled)."""
     from algosel.runtime import native  # noqa: PLC0415
 
@@ -208,7 +208,7 @@ def collect(models: Sequence[str | Path] = ("models",)) -> dict[str, Any]:
         "cudnn_frontend": _version("nvidia-cudnn-frontend"),
         "nvidia_ml_py": _version("nvidia-ml-py"),
         "lightgbm": _version("lightgbm"),
-        "extension": _extension(),
+        "extension": extension_status(),
         "cudnn_space": cudnn_space,
         "record_unseen": os.environ.get(ENV_VAR) or None,
         "gpu_slug": gpu_slug(here) if here else None,
