@@ -33,7 +33,7 @@ FAMILIES: tuple[tuple[str, float], ...] = (
 )
 #: (family, probability) where the shipped selector loses time: each family's share of the summed log time ratio
 #: (pick over best) of the shipped model on the held-out grid problems of its records (the models/h200-cudnn91900 of
-#: 2026-12-01, trained on data/sweeps/h200 alone; 792 problems; `python benchmarks/family_loss.py --model M`, CPU,
+#: 2026-12-01, trained on data/sweeps/h200 alone; 792 problems; `python benchmarks/archive/family_loss.py --model M`, CPU,
 #: 2026-12-05, with the family told from the shape by :func:`family_of`): pointwise 35.5%, conv3x3 24.6%, large
 #: kernels 16.6%, depthwise 10.2%, dilated 8.7%, odd 2.3%, fully connected 2.1% (per problem, large kernels lose
 #: 0.131, pointwise 0.110, dilated 0.086, conv3x3 0.072, depthwise 0.065, odd 0.060, fully connected 0.011).
@@ -176,7 +176,7 @@ def _draw(rng: np.random.Generator, family: str) -> dict:
 def family_of(p: ConvProblem) -> str:
     """The family of :data:`FAMILIES` a grid shape was drawn from, told from the shape alone (the families' shapes
     overlap only where an odd shape happens to look like another family's). Used to measure where a selector loses
-    time per family (``benchmarks/family_loss.py``, which gave :data:`LOSS_FAMILIES`)."""
+    time per family (``benchmarks/archive/family_loss.py``, which gave :data:`LOSS_FAMILIES`)."""
     if p.is_fully_connected:
         return "fully_connected"
     if p.is_depthwise:

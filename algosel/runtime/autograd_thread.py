@@ -5,7 +5,7 @@ PyTorch keeps its cuDNN execution plans per thread (``benchmark_cache`` in ATen'
 backward of CUDA tensors on a worker thread of its own per device. A gradient's problem timed on the main thread
 therefore finds none of the plans the network's backward built, and builds them again; the backward then builds its
 own as well. Measured (H200, torch 2.11, cuDNN 9.19, ConvNeXt-T float16 channels_last, batch 32,
-``python benchmarks/plan_threads.py --net convnext_tiny --dtype amp``, 2026-12-04,
+``python benchmarks/archive/plan_threads.py --net convnext_tiny --dtype amp``, 2026-12-04,
 ``benchmarks/results/plan_threads-h200-20261204-convnext_tiny-amp-25e66d4.txt``): after one training step, the
 first ``aten.convolution_backward`` of one gradient on the main thread took 156-384 ms for a depthwise 7x7 problem
 and 1.5-2.9 ms for the others, 2,209 ms over the 16 gradients of the network's 8 distinct convolutions; the second
