@@ -1,0 +1,89 @@
+"""The runtime's rules as one policy object: its defaults, its checks, and executors that take variants of it, each
+with statistics of its own."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from algosel.runtime import hook
+from algosel.runtime.policy import (
+    DEFAULT_POLICY,
+    SwitchPolicy,
+    judge,
+    too_short_to_pay,
+    worth_a_closer_look,
+)
+from algosel.runtime.standins import Preferring
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from algosel.learn.models import default_model_dir
+    from algosel.learn.selector import Selector
+
+    return Selector.load(default_model_dir())
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("min_gain_us", -1.0, "SwitchPolicy.min_gain_us must be a number >= 0, got -1.0"),
+    ("probe_calls", 2.5, "SwitchPolicy.probe_calls must be an integer, got 2.5"),
+    ("probe_calls", True, "SwitchPolicy.probe_calls must be a number >= 0, got True"),
+    ("min_busy_fraction", 1.5, "SwitchPolicy.min_busy_fraction is a share of looks in [0, 1], got 1.5"),
+    ("trial_min_wins", 9, "SwitchPolicy.trial_min_wins (9) exceeds trial_pairs (8)"),
+    ("verify_skip_factor", float("nan"), "SwitchPolicy.verify_skip_factor must be a number >= 0, got nan"),
+])  # fmt: skip
+def test_a_bad_rule_is_one_line_naming_the_field_and_value(field, value, message):
+    with pytest.raises(ValueError) as got:
+        dataclasses.replace(DEFAULT_POLICY, **{field: value})
+    assert str(got.value) == message
+
+
+def test_the_policy_is_frozen_and_variants_are_made_by_replace():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DEFAULT_POLICY.min_gain_us = 1.0  # type: ignore[misc]
+    variant = dataclasses.replace(DEFAULT_POLICY, min_gain_us=5.0)
+    assert variant.min_gain_us == 5.0 and DEFAULT_POLICY.min_gain_us == 20.0 and variant != DEFAULT_POLICY
+    assert SwitchPolicy() == DEFAULT_POLICY and hash(SwitchPolicy()) == hash(DEFAULT_POLICY)
+
+
+def test_the_rules_read_the_policy_they_are_given():
+    times = {"pytorch:default": 0.100, "gemm:fc": 0.070}  # 30 us saved, 1.43x faster
+    assert judge(DEFAULT_POLICY, "k", "gemm:fc", times, 0.100, "measured", 1.03, 0.0).candidate_id == "gemm:fc"
+    strict = dataclasses.replace(DEFAULT_POLICY, min_gain_us=40.0)
+    assert judge(strict, "k", "gemm:fc", times, 0.100, "measured", 1.03, 0.0).reason == "gain below the threshold"
+    assert judge(DEFAULT_POLICY, "k", "gemm:fc", times, 0.100, "predicted", 1.5, 0.0).passes_through  # 1.43 < 1.5
+    assert judge(DEFAULT_POLICY, "k", "gemm:fc", times, 0.100, "measured", 1.03, 15.0).passes_through  # + host cost
+    assert too_short_to_pay(DEFAULT_POLICY, 0.009) and not too_short_to_pay(DEFAULT_POLICY, 0.011)
+    assert not worth_a_closer_look(DEFAULT_POLICY, {"pytorch:default": 0.05, "x": 0.045})
+    assert worth_a_closer_look(dataclasses.replace(DEFAULT_POLICY, verify_always_time_ms=0.05),
+                               {"pytorch:default": 0.05, "x": 0.045})  # fmt: skip
+
+
+def test_an_executor_takes_a_policy_and_its_shorthands(shipped):
+    ex = hook.Executor(selector=shipped, live=False, policy=dataclasses.replace(DEFAULT_POLICY, probe_calls=3),
+                       min_gain_us=7.0)  # fmt: skip
+    assert (ex.policy.probe_calls, ex.policy.min_gain_us, ex.probe_calls, ex.min_gain_us) == (3, 7.0, 3, 7.0)
+    with pytest.raises(ValueError, match=r"^policy must be a SwitchPolicy, got \{'min_gain_us': 5\}$"):
+        hook.Executor(selector=shipped, policy={"min_gain_us": 5})
+
+
+def test_each_executor_counts_its_own_calls_and_stats_sums_them(shipped):
+    """Statistics are per executor (``Executor.stats``); ``hook.stats()`` is their sum over the live executors."""
+    hook.reset_stats()
+    gemm = hook.Executor(selector=Preferring(shipped, "gemm", recorded=False), live=False, cache=False)
+    aside = hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=float("inf"))
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM pays for the first
+    with hook.enabled(gemm):
+        F.conv2d(x, w)
+        F.conv2d(x, w)
+    with hook.enabled(aside):
+        F.conv2d(x, w)
+    assert gemm.stats() == {"gemm": 2}
+    assert aside.stats() == {"pytorch:gain below the threshold": 1}
+    assert hook.stats() == {"gemm": 2, "pytorch:gain below the threshold": 1}
+    hook.reset_stats()
+    assert gemm.stats() == aside.stats() == hook.stats() == {}
