@@ -272,8 +272,13 @@ def test_a_truncated_shipped_model_is_refused_before_lightgbm_reads_it(tmp_path,
         load_default(models_root=tmp_path)
 
 
-def test_evaluate_and_the_hook_refuse_a_truncated_model(inputs, tmp_path, monkeypatch) -> None:
-    """The other two loaders of the table's first row: ``algosel evaluate`` and the hook's default model."""
+def test_evaluate_refuses_a_truncated_model_and_the_hook_runs_pytorchs_without_it(inputs, tmp_path,
+                                                                                    monkeypatch) -> None:  # fmt: skip
+    """The other two loaders of the table's first row: ``algosel evaluate`` refuses it; the hook's default model
+    is refused with one warning naming it, and the executor runs PyTorch's own convolutions (tests/
+    test_hook_fallbacks.py runs a training step so)."""
+    from algosel.runtime.fallbacks import HookUnavailableWarning
+
     import algosel.learn.models
     from algosel.runtime.hook import Executor
     from algosel.study.evaluation import run_evaluation
@@ -284,8 +289,8 @@ def test_evaluate_and_the_hook_refuse_a_truncated_model(inputs, tmp_path, monkey
     shipped = tmp_path / "shipped"
     shutil.copytree(inputs["truncated-50"], shipped / SHIPPED.name)
     monkeypatch.setattr(algosel.learn.models, "SHIPPED_MODELS", shipped)
-    with pytest.raises(SelectorError, match=r"model\.txt: \d+ bytes, the manifest records"):
-        Executor()
+    with pytest.warns(HookUnavailableWarning, match=r"model\.txt: \d+ bytes, the manifest records"):
+        assert Executor().unavailable
 
 
 def test_a_damaged_catalogue_is_refused(tmp_path) -> None:

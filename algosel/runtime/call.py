@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from algosel.problem import ConvProblem, dtype_of
+from algosel.runtime.fallbacks import HOOK_ERROR, warn_once
 from algosel.runtime.function import Conv2dFunction
 from algosel.runtime.routes import Route
 from algosel.runtime.state import STATE, original_conv2d, planning
@@ -163,5 +164,11 @@ def _first_call(ex: Executor, key, x, w, b, stride, padding, dilation, groups, c
     with planning(), torch.no_grad(), torch.autocast(x.device.type, enabled=False):
         try:
             return ex.route(key, problem, x.device, grads)
+        except Exception as exc:  # noqa: BLE001 - the hook is never the reason a step fails: PyTorch's own, once said
+            warn_once(f"{HOOK_ERROR} ({problem.key}: {type(exc).__name__}: {exc}); PyTorch's own convolution runs")
+            route = Route("native", problem, (f"pytorch:{HOOK_ERROR}",))
+            ex.call_stats.add_route(route)
+            ex.routes.add(key, route)
+            return route
         finally:
             STATE.planned_at_s = ex.clock()

@@ -25,7 +25,6 @@ import dataclasses
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +36,7 @@ from algosel.runtime.cache import Decision, RuntimeCache
 from algosel.runtime.candidates import CandidateSource, ModelCandidates
 from algosel.runtime.decisions import EXEMPT, LOOK, Decider
 from algosel.runtime.device import CudaDevice, DeviceProbe
+from algosel.runtime.fallbacks import NO_MODEL, load_selector
 from algosel.runtime.plans import Plan, PlanBook, compiled_plans
 from algosel.runtime.policy import DEFAULT_POLICY, LOOKING, SwitchPolicy
 from algosel.runtime.probation import Looks, Probation
@@ -49,10 +49,15 @@ from algosel.runtime.verify import Measurer, Verifier
 class Executor:
     """Decides, prepares and caches what every convolution it meets runs (see the module docstring).
 
+    Where its model cannot be loaded (none for this GPU, a damaged one), it warns once and runs PyTorch's own
+    convolutions instead (:mod:`algosel.runtime.fallbacks`): the hook is never the reason a
+    training step fails.
+
     Parameters
     ----------
-    selector : RuntimeSelector, optional
-        Default: the shipped model for this GPU (:func:`algosel.learn.models.load_default`).
+    selector : RuntimeSelector or path, optional
+        A selector, or a model directory; default: the shipped model for this GPU
+        (:func:`algosel.learn.models.load_default`).
     verify : int
         On a problem the records lack, time the model's top ``verify`` candidates and PyTorch's default once and
         keep the fastest (0: decide from the records and predicted times only).
@@ -94,10 +99,9 @@ class Executor:
                  look_first: bool = True, policy: SwitchPolicy | None = None,
                  candidates: CandidateSource | None = None, measurer: Measurer | None = None,
                  device_probe: DeviceProbe | None = None, clock: Callable[[], float] = time.perf_counter):  # fmt: skip
-        if selector is None:
-            from algosel.learn.models import load_default  # noqa: PLC0415
-
-            selector = load_default()
+        if record is not None and not isinstance(record, (str, os.PathLike)):
+            raise ValueError(f"record must be the path of a layers file, got {record!r}")
+        selector, self.unavailable = load_selector(selector)
         if policy is not None and not isinstance(policy, SwitchPolicy):
             raise ValueError(f"policy must be a SwitchPolicy, got {policy!r}")
         policy = policy or DEFAULT_POLICY
@@ -176,6 +180,7 @@ class Executor:
             elif wanted is not False and torch.cuda.is_available():
                 from algosel.runtime.native import cache_root  # noqa: PLC0415
 
+                # (it warns once and carries on where its folder cannot be read or written)
                 self._cache = RuntimeCache(cache_root() if wanted is True else wanted, self._environment())
         return self._cache
 
@@ -246,6 +251,11 @@ class Executor:
         dirs = self.directions_of(problem)
         # The forward, and each gradient the call's autograd will compute: (input, weight) requires_grad.
         directions = [problem] + [dirs[d] for d, g in zip(("bwd_data", "bwd_filter"), grads) if g]
+        if self.unavailable:  # no model: every call PyTorch's own (fallbacks.NO_MODEL)
+            route = Route("native", problem, (f"pytorch:{NO_MODEL}",) * len(directions))
+            self.call_stats.add_route(route)
+            self.routes.add(key, route)
+            return route
         if self.device_probe.capturing(device) and any(p not in self.plans for p in directions):
             # Nothing is decided inside a CUDA graph capture (deciding may measure, which synchronizes).
             return Route("native", None, ("pytorch:capturing",))
@@ -347,21 +357,6 @@ class Executor:
     def stats(self) -> dict[str, int]:
         """This executor's calls per path (see :func:`process_stats`)."""
         return dict(+self.call_stats.snapshot())
-
-
-def process_stats() -> dict[str, int]:
-    """Calls per path of every live executor: ``gemm``, ``cudnn``, ``pytorch:<reason>`` (pass-through),
-    ``fallback:<error>``. A convolution whose every needed direction passes through runs natively in PyTorch; its
-    directions are counted at the forward call: one, or three where gradients are needed."""
-    total: Counter[str] = Counter()
-    for ex in list(STATE.executors):
-        total.update(ex.call_stats.snapshot())
-    return dict(+total)
-
-
-def reset_process_stats() -> None:
-    for ex in list(STATE.executors):
-        ex.call_stats.reset()
 
 
 _shared_lock = threading.Lock()

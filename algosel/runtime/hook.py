@@ -26,13 +26,15 @@ import torch
 import torch.nn.functional as F
 
 from algosel.runtime.call import run_conv
-from algosel.runtime.executor import Executor, process_stats, reset_process_stats, shared_executor
+from algosel.runtime.executor import Executor, shared_executor
 from algosel.runtime.ops import compiled_conv2d
 from algosel.runtime.state import (
     STATE,
     current_executor,
     install_dispatch,
     original_conv2d,
+    process_stats,
+    reset_process_stats,
     set_global_executor,
     set_local_executor,
 )
@@ -160,6 +162,8 @@ def enabled(executor: Executor | None = None, **config: Any) -> Iterator[Executo
 
 def patch_model(model: torch.nn.Module, executor: Executor | None = None, **config: Any) -> Executor:
     """Make every ``nn.Conv2d`` of ``model`` run the executor's decisions, whatever the global switch says."""
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"patch_model takes a torch.nn.Module, got {model!r}")
     ex = _executor_for(executor, config)
     for module in model.modules():
         if isinstance(module, torch.nn.Conv2d) and module.padding_mode == "zeros":
@@ -193,7 +197,7 @@ def _patched_forward(module: torch.nn.Conv2d, ex: Executor):
 
 def stats() -> dict[str, int]:
     """Calls per path of the process's executors: ``gemm``, ``cudnn``, ``pytorch:<reason>`` (pass-through),
-    ``fallback:<error>`` (:func:`algosel.runtime.executor.process_stats`; one executor's: ``Executor.stats()``)."""
+    ``fallback:<error>`` (:func:`algosel.runtime.state.process_stats`; one executor's: ``Executor.stats()``)."""
     return process_stats()
 
 

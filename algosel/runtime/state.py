@@ -15,6 +15,7 @@ import logging
 import math
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -63,6 +64,21 @@ class RuntimeState:
 
 
 STATE = RuntimeState()
+
+
+def process_stats() -> dict[str, int]:
+    """Calls per path of every live executor: ``gemm``, ``cudnn``, ``pytorch:<reason>`` (pass-through),
+    ``fallback:<error>``. A convolution whose every needed direction passes through runs natively in PyTorch; its
+    directions are counted at the forward call: one, or three where gradients are needed."""
+    total: Counter[str] = Counter()
+    for ex in list(STATE.executors):
+        total.update(ex.call_stats.snapshot())
+    return dict(+total)
+
+
+def reset_process_stats() -> None:
+    for ex in list(STATE.executors):
+        ex.call_stats.reset()
 
 
 def _table_of(ex: Any) -> Any:
