@@ -277,9 +277,8 @@ def test_evaluate_refuses_a_truncated_model_and_the_hook_runs_pytorchs_without_i
     """The other two loaders of the table's first row: ``algosel evaluate`` refuses it; the hook's default model
     is refused with one warning naming it, and the executor runs PyTorch's own convolutions (tests/
     test_hook_fallbacks.py runs a training step so)."""
-    from algosel.runtime.fallbacks import HookUnavailableWarning
-
     import algosel.learn.models
+    from algosel.runtime.fallbacks import HookUnavailableWarning
     from algosel.runtime.hook import Executor
     from algosel.study.evaluation import run_evaluation
 
