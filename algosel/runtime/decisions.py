@@ -12,6 +12,8 @@ leaving PyTorch's path costs is the least gain (``min_gain_us``), the path's own
 call the candidate takes over PyTorch's default where the records or the measurement timed it
 (:func:`~algosel.runtime.policy.host_extra_us`). Decisions go into the persistent cache (:mod:`algosel.runtime.cache`),
 so a later process decides nothing again; a cached decision is judged again under the reading executor's policy.
+Processes that share the cache (the ranks of a job) claim a problem before timing it (:mod:`algosel.runtime.claims`):
+one of them times it, the others wait for its decision and run the same.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 from algosel.problem import ConvProblem
 from algosel.runtime.cache import Decision, RuntimeCache
 from algosel.runtime.candidates import CandidateSource, Ranked
+from algosel.runtime.claims import ProblemClaims, wait_for
 from algosel.runtime.device import DeviceProbe
 from algosel.runtime.policy import BELOW_THRESHOLD, SwitchPolicy, fastest, finite, judge, worth_a_closer_look
 from algosel.runtime.routes import one_matrix_product
@@ -48,6 +51,7 @@ class Decider:
         #: Decisions :meth:`before_timing` made for recorded or cached directions, for :meth:`take` (deciding
         #: them again would repeat the records' lookup, or the cache's rejudging).
         self._known: dict[ConvProblem, Decision] = {}
+        self._claims: dict[int, ProblemClaims | None] = {}  # by id of the cache they are beside
 
     @property
     def verify(self) -> int:
@@ -61,16 +65,49 @@ class Decider:
         """What ``problem`` runs; from the persistent cache where it has a decision made the same way."""
         if problem.dtype not in self.dtypes:
             return Decision(problem.key, "pytorch:default", "model", "dtype not covered")
-        cache = self._cache() if device.type == "cuda" else None
-        if cache is not None:
-            hit = cache.get(problem.key)
-            # A verifying executor trusts measurements and records only; a predicted decision is made again.
-            if hit is not None and (not self.verify or hit.source in ("records", "measured")):
-                return self.rejudge(problem, hit)
+        cache = self.cache_for(device)
+        if cache is None:
+            return self.decide_uncached(problem, device)
+        hit = self._usable(cache.get(problem.key))
+        if hit is not None:
+            return self.rejudge(problem, hit)
+        claims = self._claims_beside(cache) if self._would_measure(problem, device) else None
+        if claims is None:
+            return self._decided(cache, problem, device)
+        if claims.claim(problem.key):
+            try:  # another process may have decided it between the look above and the claim
+                hit = self._usable(cache.get(problem.key))
+                return self.rejudge(problem, hit) if hit is not None else self._decided(cache, problem, device)
+            finally:
+                claims.release(problem.key)
+        # another process is timing it: its decision, so that the job runs one (this process times it past the wait)
+        hit = wait_for(lambda: self._usable(cache.get(problem.key)), self.policy.shared_wait_s)
+        return self.rejudge(problem, hit) if hit is not None else self._decided(cache, problem, device)
+
+    def cache_for(self, device: torch.device) -> RuntimeCache | None:
+        """The persistent cache of decisions on ``device``'s problems: those of devices that measure (a GPU)."""
+        return self._cache() if device.type == "cuda" or self.device.can_time(device) else None
+
+    def _usable(self, hit: Decision | None) -> Decision | None:
+        """A cached decision this executor takes: a verifying executor trusts measurements and records only (a
+        predicted decision is made again)."""
+        return hit if hit is not None and (not self.verify or hit.source in ("records", "measured")) else None
+
+    def _decided(self, cache: RuntimeCache, problem: ConvProblem, device: torch.device) -> Decision:
         decision = self.decide_uncached(problem, device)
-        if cache is not None and decision.source in ("records", "measured", "predicted"):
+        if decision.source in ("records", "measured", "predicted"):
             cache.put(decision)
         return decision
+
+    def _would_measure(self, problem: ConvProblem, device: torch.device) -> bool:
+        return bool(self.verify) and self.device.can_time(device) and not self.selector.is_recorded(problem)
+
+    def _claims_beside(self, cache: RuntimeCache) -> ProblemClaims | None:
+        """The claims of processes sharing ``cache`` (None for a cache without a folder of its own)."""
+        if id(cache) not in self._claims:
+            folder = getattr(cache, "folder", None)
+            self._claims[id(cache)] = None if folder is None else ProblemClaims(folder, self.policy.claim_stale_s)
+        return self._claims[id(cache)]
 
     def decide_uncached(self, problem: ConvProblem, device: torch.device) -> Decision:
         """:meth:`decide` without the persistent cache."""
@@ -186,7 +223,7 @@ class Decider:
         if not self.device.can_time(device) or planned or problem.dtype not in self.dtypes:
             return ""
         exempt_us = self.policy.probation_exempt_gain_us
-        cache = self._cache() if device.type == "cuda" else None
+        cache = self.cache_for(device)
         hit = cache.get(problem.key) if cache is not None else None
         if self.selector.is_recorded(problem) or (hit is not None and hit.source in ("records", "measured")):
             known = self._known.get(problem)

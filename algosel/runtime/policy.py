@@ -87,6 +87,13 @@ class SwitchPolicy:
     runtime_compiled_note: str = "runtime_compilation"
     timer: VerifyTimer = field(default_factory=VerifyTimer)
 
+    # -- processes sharing a cache (the ranks of a job) ------------------------------------------------------------
+    #: How long a process waits for another's measurement of the same problem before timing it itself (verify mode
+    #: times a problem in 0.01-1 s; ConvNeXt-T's slowest first builds took 1.07 s on the H200).
+    shared_wait_s: float = 10.0
+    #: A claim on a problem older than this (s) is taken over: its process died or hangs (runtime.claims).
+    claim_stale_s: float = 60.0
+
     # -- probation: is the device what the step waits on? --------------------------------------------------------
     #: Calls of a switching signature that look at the device before the switch is made (0: switch at once).
     probe_calls: int = 8
