@@ -99,9 +99,9 @@ class Executor:
                  look_first: bool = True, policy: SwitchPolicy | None = None,
                  candidates: CandidateSource | None = None, measurer: Measurer | None = None,
                  device_probe: DeviceProbe | None = None, clock: Callable[[], float] = time.perf_counter):  # fmt: skip
+        # the arguments first, the model after: a mistake is said before any long work
         if record is not None and not isinstance(record, (str, os.PathLike)):
             raise ValueError(f"record must be the path of a layers file, got {record!r}")
-        selector, self.unavailable = load_selector(selector)
         if policy is not None and not isinstance(policy, SwitchPolicy):
             raise ValueError(f"policy must be a SwitchPolicy, got {policy!r}")
         policy = policy or DEFAULT_POLICY
@@ -109,6 +109,8 @@ class Executor:
             policy = dataclasses.replace(policy, probe_calls=_count("probe_calls", probe_calls, "calls"))
         if min_gain_us is not None:
             policy = dataclasses.replace(policy, min_gain_us=min_gain_us)
+        verify = _count("verify", verify, "candidates to time")
+        selector, self.unavailable = load_selector(selector)
         self.selector, self.policy = selector, policy
         self.max_workspace_bytes = max_workspace_bytes
         self.look_first = bool(look_first)
@@ -125,8 +127,7 @@ class Executor:
         self.recorder = recorder_for(record) if record else recorder_from_env()
         self.call_stats = CallStats()
         self.candidates = candidates or ModelCandidates(selector, max_workspace_bytes, live)
-        self.verifier = Verifier(policy, selector, self.candidates, _count("verify", verify, "candidates to time"),
-                                 measurer, clock)  # fmt: skip
+        self.verifier = Verifier(policy, selector, self.candidates, verify, measurer, clock)
         self.decider = Decider(policy, selector, self.candidates, self.verifier, self.device_probe,
                                self.runtime_cache, self.native_module, max_workspace_bytes)  # fmt: skip
         self.plans = PlanBook(self.call_stats, self.runtime_cache, self.native_module, self._lock)
