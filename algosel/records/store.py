@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from algosel.files import atomic_path
+from algosel.problem import DIRECTIONS, DTYPES, LAYOUTS, SHAPE_FIELDS
 from algosel.records.schema import COLUMNS, SCHEMA, SCHEMA_VERSION
 from algosel.spaces import STATUSES
 
@@ -69,12 +70,70 @@ _OK_TIME_COLUMNS = ("time_ms_median", "time_ms_min", "time_ms_p25", "time_ms_p75
 
 def _first_bad(frame: pd.DataFrame, bad: pd.Series, column: str) -> str:
     row = frame[bad].iloc[0]
-    return f"{int(bad.sum())} row(s), the first {row['problem_key']} / {row['candidate_id']} with {row[column]!r}"
+    value = row[column].item() if hasattr(row[column], "item") else row[column]  # -5, not np.int64(-5)
+    return f"{int(bad.sum())} row(s), the first {row['problem_key']} / {row['candidate_id']} with {value!r}"
+
+
+#: Problem columns that must be >= 1 (the others, the paddings, >= 0): :class:`~algosel.problem.ConvProblem`'s rules.
+_POSITIVE_COLUMNS = ("n", "c", "k", "h", "w", "r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w", "groups")
+
+
+def _problem_key(frame: pd.DataFrame) -> pd.Series:
+    """:attr:`~algosel.problem.ConvProblem.key` of every row, from its problem columns (vectorised)."""
+    f = {c: frame[c].astype(str) for c in SHAPE_FIELDS}
+    return (
+        "n" + f["n"] + "_c" + f["c"] + "_k" + f["k"] + "_h" + f["h"] + "_w" + f["w"] + "_r" + f["r"] + "_s" + f["s"]
+        + "_p" + f["pad_h"] + "x" + f["pad_w"] + "_u" + f["stride_h"] + "x" + f["stride_w"]
+        + "_d" + f["dilation_h"] + "x" + f["dilation_w"] + "_g" + f["groups"]
+        + "_" + frame["dtype"] + "_" + frame["layout"] + "_" + frame["direction"]
+    )  # fmt: skip
+
+
+def check_problems(frame: pd.DataFrame, path: str | Path) -> None:
+    """Raise :class:`RecordsError` naming ``path``, the column and the first bad value for rows that are no valid
+    convolution (the rules of :class:`~algosel.problem.ConvProblem`: sizes >= 1, paddings >= 0, a known dtype,
+    layout and direction, channels divisible by the groups, a kernel within the padded input) or whose
+    ``problem_key`` is not that of their columns. Vectorised: a dataset of half a million rows takes ~0.1 s."""
+    for column in _POSITIVE_COLUMNS:
+        bad = ~(frame[column] >= 1)  # a missing value (NaN) too
+        if bad.any():
+            raise RecordsError(f"{path}: column {column}: below 1 in {_first_bad(frame, bad, column)}")
+    for column in ("pad_h", "pad_w"):
+        bad = ~(frame[column] >= 0)
+        if bad.any():
+            raise RecordsError(f"{path}: column {column}: below 0 in {_first_bad(frame, bad, column)}")
+    for column, allowed in (("dtype", DTYPES), ("layout", LAYOUTS), ("direction", DIRECTIONS)):
+        bad = ~frame[column].isin(allowed)
+        if bad.any():
+            raise RecordsError(
+                f"{path}: column {column}: unknown value in {_first_bad(frame, bad, column)} "
+                f"(known: {', '.join(allowed)})"
+            )
+    for column in ("c", "k"):
+        bad = frame[column] % frame["groups"] != 0
+        if bad.any():
+            raise RecordsError(f"{path}: column {column}: not divisible by groups in {_first_bad(frame, bad, column)}")
+    for kernel, size, pad, dilation in (("r", "h", "pad_h", "dilation_h"), ("s", "w", "pad_w", "dilation_w")):
+        bad = frame[dilation] * (frame[kernel] - 1) + 1 > frame[size] + 2 * frame[pad]
+        if bad.any():
+            raise RecordsError(
+                f"{path}: column {kernel}: the (dilated) kernel is larger than the padded input in "
+                f"{_first_bad(frame, bad, kernel)}"
+            )
+    keys = frame.drop_duplicates("problem_key")
+    bad = keys["problem_key"] != _problem_key(keys)
+    if bad.any():
+        raise RecordsError(
+            f"{path}: column problem_key: not the key of the row's problem columns in "
+            f"{_first_bad(keys, bad, 'problem_key')} (its columns say {_problem_key(keys[bad]).iloc[0]!r})"
+        )
 
 
 def check_physical(frame: pd.DataFrame, path: str | Path) -> None:
-    """Raise :class:`RecordsError` naming ``path`` and the column for rows that make no physical sense: an unknown
-    status, a time that is not positive and finite where the status is ``ok``, a workspace below -1."""
+    """Raise :class:`RecordsError` naming ``path`` and the column for rows that make no physical sense: no valid
+    convolution (:func:`check_problems`), an unknown status, a time that is not positive and finite where the
+    status is ``ok``, a workspace below -1."""
+    check_problems(frame, path)
     unknown = ~frame["status"].isin(STATUSES)
     if unknown.any():
         raise RecordsError(
@@ -94,6 +153,23 @@ def check_physical(frame: pd.DataFrame, path: str | Path) -> None:
     if bad.any():
         first = _first_bad(frame, bad, "workspace_bytes")
         raise RecordsError(f"{path}: column workspace_bytes: below -1 (-1 means unknown) in {first}")
+
+
+def _environments(raw: bytes, path: Path) -> dict[str, dict[str, Any]]:
+    """The environment records of a part's metadata by ``env_id``; a one-line :class:`RecordsError` naming the file
+    for anything but a JSON list of objects, each with a string ``env_id``."""
+    try:
+        envs = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordsError(f"{path}: the environments in the file metadata are not JSON ({exc})") from None
+    if not isinstance(envs, list):
+        raise RecordsError(f"{path}: the environments in the file metadata are a {type(envs).__name__}, not a list")
+    for env in envs:
+        if not isinstance(env, dict) or not isinstance(env.get("env_id"), str):
+            raise RecordsError(
+                f"{path}: an environment in the file metadata is {str(env)[:80]!r}, not an object with an env_id"
+            )
+    return {e["env_id"]: e for e in envs}
 
 
 def read_part(path: str | Path) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]]:
@@ -116,6 +192,8 @@ def read_part(path: str | Path) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]
     version = meta.get(_META_VERSION)
     if version is None:
         raise RecordsError(f"{path}: no algosel schema version in the file metadata (not a records file?)")
+    if not version.strip().isdigit():
+        raise RecordsError(f"{path}: schema version {version[:40]!r} in the file metadata is not a number")
     if int(version) != SCHEMA_VERSION:
         raise RecordsError(f"{path}: schema version {int(version)}, this algosel reads version {SCHEMA_VERSION}")
     missing = [c for c in COLUMNS if c not in table.column_names]
@@ -125,7 +203,7 @@ def read_part(path: str | Path) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]
         want, got = SCHEMA.field(name).type, table.schema.field(name).type
         if want != got:
             raise RecordsError(f"{path}: column {name} has type {got}, expected {want}")
-    envs = {e["env_id"]: e for e in json.loads(meta.get(_META_ENVS, b"[]"))}
+    envs = _environments(meta.get(_META_ENVS, b"[]"), path)
     frame = table.select(list(COLUMNS)).to_pandas()
     unknown = set(frame["env_id"].unique()) - set(envs)
     if unknown:
