@@ -4,20 +4,24 @@ The metrics are :mod:`algosel.learn.evaluate`'s (and the calibration of predicte
 :mod:`algosel.learn.time_model`'s); this module runs them, formats the tables and writes the report files:
 ``report.csv`` (per direction and dtype), ``cells.csv`` (per direction x dtype x layout, with whether the model
 beats each baseline), ``top_k.csv`` and ``top_k.png`` (the measured shortlist), ``network_totals.csv`` and
-``report.json`` (everything).
+``report.json`` (everything), and with layers files the ``layers_*`` tables.
+
+The files of one run are written together, as one unit, once everything is computed
+(:func:`algosel.files.write_output_dir`): a run that fails or is interrupted leaves the folder as it was, and a
+run never leaves an earlier run's file beside its own. A file of these names that ``algosel evaluate`` did not
+write there is replaced only with ``overwrite`` (``--overwrite``); in a model directory, whose manifest lists
+every file, that is every one of them.
 """
 
 from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from algosel.files import write_bytes, write_text
-from algosel.learn.artifact import SelectorError, record_files
+from algosel.learn.artifact import SelectorError
 from algosel.learn.evaluate import (
     SELECTORS,
     Prepared,
@@ -39,8 +43,16 @@ from algosel.learn.time_model import calibration, format_calibration
 from algosel.measure.suites import load_suites
 from algosel.records.environment import mismatches
 from algosel.records.store import load_records, main_environment
-
-TOP_K_CSV, TOP_K_PNG, CELLS_CSV = "top_k.csv", "top_k.png", "cells.csv"
+from algosel.study.evaluation_out import (  # noqa: F401 - the file names, public here as before
+    CELLS_CSV,
+    EVALUATE_FILES,
+    EVALUATION_FILES,
+    LAYERS_FILES,
+    TOP_K_CSV,
+    TOP_K_PNG,
+    check_out,
+    write_evaluation,
+)
 
 
 def format_comparison(comp: pd.DataFrame) -> str:
@@ -104,19 +116,37 @@ def run_evaluation(
     lono: bool = True,
     progress: bool = True,
     force: bool = False,
+    layers: list[str] | None = None,
+    compare_model: str | None = None,
+    overwrite: bool = False,
 ) -> str:
-    """``algosel evaluate``: the shipped model on its held-out shapes, and leave-one-network-out; returns the
-    text report and writes ``report.csv``, ``cells.csv``, ``top_k.csv``, ``top_k.png``, ``network_totals.csv`` and
-    ``report.json`` (each atomically). Where ``out`` is the model's own directory, its manifest's ``files`` records
-    the files written (:func:`~algosel.learn.artifact.record_files`), so that the directory stays verifiable.
+    """``algosel evaluate``: the shipped model on its held-out shapes, and leave-one-network-out (skipped, with a
+    note, for records that hold no layer of the network suites); with ``layers`` files, also the evaluation on
+    them (:func:`run_layers_evaluation`). Returns the text report and writes ``report.csv``, ``cells.csv``,
+    ``top_k.csv``, ``top_k.png``, ``network_totals.csv``, ``report.json`` (and the ``layers_*`` files) into
+    ``out`` (default ``reports/<model name>``) as one unit, once everything is computed
+    (:func:`write_evaluation`).
 
     A model made for another GPU or cuDNN than the records' is refused (:class:`SelectorError`) unless ``force``:
     its engine configs and their speeds are specific to both, so its scores there would mean nothing. ``out``
-    must be a directory (or not exist); both are checked before the records are read.
+    is checked before the records are read (:func:`check_out`): a directory, or a place where one can be made,
+    where a file of the evaluation's names that ``algosel evaluate`` did not write is replaced only with
+    ``overwrite``.
     """
-    out_dir = Path(out) if out else Path("reports") / Path(model_dir).name
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"--out {out_dir}: exists and is not a directory")
+    check_out(out, model_dir, overwrite)
+    lines, files = _evaluation(model_dir, data, lono, progress, force)
+    if layers:
+        more, layer_files = _layers_evaluation(model_dir, data, layers, compare_model)
+        lines += more
+        files |= layer_files
+    written = write_evaluation(out, model_dir, files, overwrite)
+    lines += ["", "wrote " + ", ".join(str(p) for p in written)]
+    return "\n".join(lines)
+
+
+def _evaluation(model_dir: str, data: list[str], lono: bool, progress: bool, force: bool
+                ) -> tuple[list[str], dict[str, bytes]]:  # fmt: skip
+    """The text lines and the files (name -> content) of :func:`run_evaluation`, less the layers."""
     # force: the visible GPU (if any) does not matter here; the records' environment is compared below.
     sel = Selector.load(model_dir, force=True)
     frame, envs = load_records(*data)
@@ -190,21 +220,25 @@ def run_evaluation(
         "top_k": curve.to_dict("records"),
         "time_calibration": time_cal,
     }
-    # Not the model directory by default: its committed report must not be overwritten by a partial run.
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_text(out_dir / "report.csv", comp.to_csv(index=False))
-    write_text(out_dir / CELLS_CSV, cells.merge(wins, on=["direction", "dtype", "layout"]).to_csv(index=False))
-    write_text(out_dir / TOP_K_CSV, curve.to_csv(index=False))
     png = io.BytesIO()
     top_k_figure(curve, f"Measured shortlist, {len(table):,} held-out problems").savefig(png, format="png", dpi=110)
-    write_bytes(out_dir / TOP_K_PNG, png.getvalue())
-    written = ["report.csv", CELLS_CSV, TOP_K_CSV, TOP_K_PNG]
+    files = {
+        "report.csv": comp.to_csv(index=False).encode(),
+        CELLS_CSV: cells.merge(wins, on=["direction", "dtype", "layout"]).to_csv(index=False).encode(),
+        TOP_K_CSV: curve.to_csv(index=False).encode(),
+        TOP_K_PNG: png.getvalue(),
+    }
+    picks = None
     if lono:
         suites = load_suites()
         params = RankerParams(
             **{k: v for k, v in sel.manifest["params"].items() if k in RankerParams.__dataclass_fields__}
         )
         picks = leave_one_network_out(prep, frame, suites, params, progress=progress)
+        if picks.empty:  # grid shapes only (e.g. data/sweeps/h200-loss): no network to leave out
+            lines += ["", "Leave one network out: skipped (no shape of these records is a layer of a network suite)."]
+            result["lono"] = None
+    if picks is not None and not picks.empty:
         # A shape shared by two networks has a pick from each network's model; the overall table keeps one.
         lono_table = selector_table(frame, picks[~picks.index.duplicated()].drop(columns="network"))
         lono_comp = report(lono_table)
@@ -212,7 +246,7 @@ def run_evaluation(
         for network, part in picks.groupby("network"):
             tables[network] = with_pytorch_fallback(selector_table(frame, part.drop(columns="network")))
         totals = network_totals(tables, suites, sorted(frame["dtype"].unique()))
-        write_text(out_dir / "network_totals.csv", totals.to_csv(index=False))
+        files["network_totals.csv"] = totals.to_csv(index=False).encode()
         shown = totals[["network", "size", "dtype", "best_ms", *[f"{s}_vs_best" for s in SELECTORS]]].round(3)
         lines += [
             "",
@@ -224,14 +258,8 @@ def run_evaluation(
             shown.to_string(index=False),
         ]
         result.update(lono=lono_comp.to_dict("records"), network_totals=totals.to_dict("records"))
-        written.append("network_totals.csv")
-    write_text(out_dir / "report.json", json.dumps(result, indent=1, default=float) + "\n")
-    written.append("report.json")
-    if out_dir.resolve() == Path(model_dir).resolve():
-        # The model's own directory (how its committed report is made): the manifest records the new files.
-        record_files(out_dir, written)
-    lines += ["", "wrote " + ", ".join(str(out_dir / f) for f in written)]
-    return "\n".join(lines)
+    files["report.json"] = (json.dumps(result, indent=1, default=float) + "\n").encode()
+    return lines, files
 
 
 #: The selectors of :func:`run_layers_evaluation`, in the order its tables list them.
@@ -270,6 +298,7 @@ def run_layers_evaluation(
     layers: list[str],
     compare_model: str | None = None,
     out: str | None = None,
+    overwrite: bool = False,
 ) -> str:
     """``algosel evaluate --layers FILE [--compare-model DIR]``: a model on the problems of a user's own layers.
 
@@ -279,13 +308,26 @@ def run_layers_evaluation(
     both gradients); with a compare model, the problems where the two models' picks differ most. Writes
     ``layers_report.csv``, ``layers_problems.csv`` (per problem: the best and every selector's time and candidate),
     ``layers_time_totals.csv``, ``layers_totals.csv`` and ``layers_report.json`` into ``out`` (default
-    ``reports/<model name>``); returns the text.
+    ``reports/<model name>``) as one unit, under the rules of :func:`write_evaluation` (``overwrite``); the
+    evaluation's other files there are left as they are. Returns the text.
 
     Raises
     ------
     ValueError
         For a bad layers file (its line and column named) or when the records hold none of its shapes.
+    algosel.files.OutputError
+        Before any work, for an ``out`` the files cannot be written into (:func:`check_out`).
     """
+    check_out(out, model_dir, overwrite, names=LAYERS_FILES)
+    lines, files = _layers_evaluation(model_dir, data, layers, compare_model)
+    written = write_evaluation(out, model_dir, files, overwrite, names=LAYERS_FILES)
+    lines += ["", "wrote " + ", ".join(str(p) for p in written)]
+    return "\n".join(lines)
+
+
+def _layers_evaluation(model_dir: str, data: list[str], layers: list[str], compare_model: str | None
+                       ) -> tuple[list[str], dict[str, bytes]]:  # fmt: skip
+    """The text lines and the files (name -> content) of :func:`run_layers_evaluation`."""
     from algosel.learn.evaluate import (  # noqa: PLC0415
         is_test_shape,
         layers_totals,
@@ -356,12 +398,6 @@ def run_layers_evaluation(
     if compare_model:
         lines += ["", "Where the two models' picks differ most (time / best; all problems in layers_problems.csv):",
                   _format_model_differences(table)]  # fmt: skip
-    out_dir = Path(out) if out else Path("reports") / Path(model_dir).name
-    out_dir.mkdir(parents=True, exist_ok=True)
-    table.reset_index().to_csv(out_dir / "layers_problems.csv", index=False)
-    comp.to_csv(out_dir / "layers_report.csv", index=False)
-    totals.to_csv(out_dir / "layers_time_totals.csv", index=False)
-    networks.to_csv(out_dir / "layers_totals.csv", index=False)
     result = {
         "model": model_dir,
         "compare_model": compare_model,
@@ -374,7 +410,11 @@ def run_layers_evaluation(
         "time_totals": totals.to_dict("records"),
         "network_totals": networks.to_dict("records"),
     }
-    (out_dir / "layers_report.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
-    lines += ["", f"wrote {out_dir / 'layers_report.csv'}, {out_dir / 'layers_totals.csv'}, "
-              f"{out_dir / 'layers_report.json'}"]  # fmt: skip
-    return "\n".join(lines)
+    files = {
+        "layers_report.csv": comp.to_csv(index=False).encode(),
+        "layers_problems.csv": table.reset_index().to_csv(index=False).encode(),
+        "layers_time_totals.csv": totals.to_csv(index=False).encode(),
+        "layers_totals.csv": networks.to_csv(index=False).encode(),
+        "layers_report.json": (json.dumps(result, indent=1, default=float) + "\n").encode(),
+    }
+    return lines, files
