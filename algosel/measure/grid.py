@@ -14,6 +14,7 @@ Two mixes of families (:data:`MIXES`): ``networks``, the shares of layers in CNN
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -192,15 +193,22 @@ def family_of(p: ConvProblem) -> str:
     return "odd"
 
 
-def sample_grid(spec: GridSpec, dtype: str = "float32", layout: str = "nchw") -> list[ConvProblem]:
-    """``spec.count`` distinct forward problems, deterministic in ``spec.seed``."""
+def iter_grid(spec: GridSpec, dtype: str = "float32", layout: str = "nchw") -> Iterator[ConvProblem]:
+    """The shapes of :func:`sample_grid`, one by one as they are drawn: what prints a large grid at once
+    (``algosel grid --count 100000000`` starts printing instead of drawing for minutes first).
+
+    Raises
+    ------
+    RuntimeError
+        Once ``200 * spec.count`` draws have not found ``spec.count`` distinct shapes within the budgets.
+    """
     rng = np.random.default_rng(spec.seed)
     families = MIXES[spec.mix]
     names = [f for f, _ in families]
     probs = np.array([p for _, p in families])
-    problems: dict[str, ConvProblem] = {}
+    seen: set[str] = set()
     attempts = 0
-    while len(problems) < spec.count:
+    while len(seen) < spec.count:
         attempts += 1
         if attempts > 200 * spec.count:
             raise RuntimeError(f"could not draw {spec.count} shapes within the budgets of {spec}")
@@ -209,7 +217,12 @@ def sample_grid(spec: GridSpec, dtype: str = "float32", layout: str = "nchw") ->
             p = ConvProblem(**fields, dtype=dtype, layout=layout, direction="fwd")
         except ValueError:
             continue  # e.g. a kernel larger than a small input: redraw
-        if p.bytes_moved > spec.max_operand_bytes or p.flops > spec.max_flops:
+        if p.bytes_moved > spec.max_operand_bytes or p.flops > spec.max_flops or p.shape_key in seen:
             continue
-        problems.setdefault(p.shape_key, p)
-    return list(problems.values())
+        seen.add(p.shape_key)
+        yield p
+
+
+def sample_grid(spec: GridSpec, dtype: str = "float32", layout: str = "nchw") -> list[ConvProblem]:
+    """``spec.count`` distinct forward problems, deterministic in ``spec.seed``."""
+    return list(iter_grid(spec, dtype, layout))

@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from algosel.files import write_text
 from algosel.measure.suites import (
     LAYER_FIELDS,
     LAYOUT_COLUMN,
@@ -252,13 +253,10 @@ def model_layers(
 
 def write_layers(frame: pd.DataFrame, path: str | Path) -> Path:
     """Write a layers frame as CSV (columns :data:`SUITE_COLUMNS`, then ``layout`` and ``calls`` where the frame has
-    them)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    them), atomically (:func:`algosel.files.write_text`): an interrupted write leaves no half file."""
     columns = [*SUITE_COLUMNS, *(c for c in (LAYOUT_COLUMN, CALLS_COLUMN) if c in frame)]
     # Explicit "\n", as the suites: the same bytes whatever platform writes them.
-    frame.loc[:, columns].to_csv(path, index=False, lineterminator="\n")
-    return path
+    return write_text(path, frame.loc[:, columns].to_csv(index=False, lineterminator="\n"))
 
 
 def load_layers(path: str | Path) -> pd.DataFrame:

@@ -660,6 +660,8 @@ def read_layer_table(
         convolution (the message of :class:`~algosel.problem.ConvProblem` names the field).
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{label} {path} is a directory; give the CSV file")
     if not path.is_file():
         raise ValueError(f"{label} {path} does not exist")
     # Text columns read as str, verbatim: a layer named "0" must not become a number, nor the root module's

@@ -302,6 +302,20 @@ def done_case_keys(*datasets: str | Path) -> set[str]:
     return keys
 
 
+def journal_case_keys(directory: str | Path) -> set[str]:
+    """The finished cases of every shard's journal in a dataset directory: a killed run's, which the next run of
+    that shard into the directory compacts into a part instead of measuring (a damaged line is skipped, as
+    compaction skips it)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return set()
+    keys: set[str] = set()
+    for path in sorted(directory.glob("journal-*.jsonl")):
+        rows, _, _ = Journal(path).read()
+        keys |= {r["case_key"] for r in rows if isinstance(r, dict) and "case_key" in r}
+    return keys
+
+
 @dataclass
 class SweepReport:
     measured: int = 0

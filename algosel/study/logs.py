@@ -108,6 +108,8 @@ def parse_log(path: str | Path) -> Iterator[LogCall]:
     Raises :class:`LogError` naming the line for anything that is not part of a cuDNN API log.
     """
     path = Path(path)
+    if path.is_dir():
+        raise LogError(f"{path}: is a directory; give the log file")
     if not path.is_file():
         raise LogError(f"{path}: no such log file")
     call: LogCall | None = None
