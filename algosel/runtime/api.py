@@ -97,7 +97,8 @@ def predict(
     top_k : int
         How many choices to return.
     live : bool, optional
-        Rank cuDNN's live candidate list (needs a GPU and the frontend); default: when available.
+        Rank cuDNN's live candidate list (needs a GPU and the frontend); default: when available. True where it
+        is not available is a ValueError saying why.
     force : bool
         Use a model trained for another GPU or cuDNN (with a warning) instead of refusing.
     space : str
@@ -143,6 +144,13 @@ def predict(
         raise ValueError(f"the model {model} selects {sel.space} candidates, not {space}")
     if live is None:
         live = live_available(sel)
+    elif live:  # asked for: say why it cannot be had, rather than fail inside the enumeration
+        why = get_space(sel.space).available()
+        if why:
+            raise ValueError(
+                f"predict(live=True): cuDNN's live candidate list cannot be enumerated here ({why}); "
+                "live=None ranks it where it can and the records' candidates elsewhere, live=False never does"
+            )
     if type(top_k) is not int:  # a numpy integer: the memo keys on plain ints
         top_k = int(top_k.__index__())
     if max_workspace_bytes is not None and type(max_workspace_bytes) is not int:
