@@ -451,19 +451,24 @@ def test_answers_outside_the_models_records_say_so(fields, reason) -> None:
     assert choices and all(c.extrapolated and reason in c.extrapolation for c in choices)
 
 
-def test_one_extrapolation_warning_per_process(monkeypatch) -> None:
+def test_one_extrapolation_warning_per_kind_and_process(monkeypatch) -> None:
+    """A first extrapolation (the batch size) does not silence a later one of another kind (the channels); a
+    second of a kind already warned about (another batch size) stays quiet."""
     import algosel.learn.selector as selector_module
 
-    monkeypatch.setattr(selector_module, "_extrapolation_warned", False)
+    monkeypatch.setattr(selector_module, "_extrapolation_warned", frozenset())
     p = ConvProblem.from_key(RECORDED)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         assert algosel.predict(p, n=10**6, live=False)[0].extrapolated
         assert algosel.predict(p, c=10**5, live=False)[0].extrapolated
+        assert algosel.predict(p, n=10**7, live=False)[0].extrapolated
         near = algosel.predict(p, n=48, live=False)  # not recorded, but within the records' sizes
     assert near[0].source.startswith("nearest:") and not near[0].extrapolated
-    caught = [w for w in seen if issubclass(w.category, ExtrapolationWarning)]
-    assert len(caught) == 1 and "n=1000000 is 625x the largest recorded n (1600)" in str(caught[0].message)
+    caught = [str(w.message) for w in seen if issubclass(w.category, ExtrapolationWarning)]
+    assert len(caught) == 2, caught
+    assert "n=1000000 is 625x the largest recorded n (1600)" in caught[0] and "kind (n)" in caught[0]
+    assert "c=100000 is" in caught[1] and "kind (c)" in caught[1]
 
 
 def test_evaluate_scores_a_model_of_another_gpu_only_when_forced(inputs, tmp_path) -> None:

@@ -13,8 +13,8 @@ The files of a model directory are :mod:`algosel.learn.artifact`'s; finding the 
 
 An answer for a problem outside what the model's records cover (a dtype or layout they lack, nothing of its kind
 recorded, a size far beyond the recorded ones: :meth:`Selector.coverage`) is still given, but says so: every
-:class:`Choice` of it has ``extrapolated`` set and the reason in ``extrapolation``, and the first such answer of a
-process warns (:class:`ExtrapolationWarning`).
+:class:`Choice` of it has ``extrapolated`` set and the reason in ``extrapolation``, and the first such answer of each
+kind in a process warns (:class:`ExtrapolationWarning`).
 
 A model with a time model (:mod:`algosel.learn.time_model`) also predicts each candidate's device time: every
 :class:`Choice` carries it, and :meth:`Selector.predicted_time_ms` gives it for any candidate of the list,
@@ -88,20 +88,32 @@ EXTRAPOLATION_FACTOR = 2.0
 
 
 class ExtrapolationWarning(UserWarning):
-    """An answer for a problem outside what the model's records cover; warned once per process."""
+    """An answer for a problem outside what the model's records cover; warned once per process and kind of
+    extrapolation (each dtype and layout the records lack, each size field beyond them, no problem of its kind)."""
 
 
-_extrapolation_warned = False
+#: The kinds of extrapolation warned about in this process (:func:`_extrapolation_kind`). A frozenset rebound, never
+#: changed in place, so that a caller may save and restore it around answers it does not want warned about.
+_extrapolation_warned: frozenset[str] = frozenset()
+
+
+def _extrapolation_kind(why: str) -> str:
+    """The kind of a :meth:`Selector.coverage` reason: ``dtype 'bfloat16'``, ``layout 'nhwc'``, a size field
+    (``n``, ``h``, ``flops``...) or the reason itself (no problem of its kind)."""
+    return why.split(" is ", 1)[0].split("=", 1)[0]
 
 
 def _warn_extrapolation(problem: ConvProblem, why: str) -> None:
-    global _extrapolation_warned  # noqa: PLW0603 - one warning per process, whatever the selector
-    if _extrapolation_warned:
+    # Once per kind, not once per process: a first answer beyond the recorded batch sizes must not silence a later
+    # one in a dtype the records lack; nor once per problem, which would warn on every layer of a network.
+    global _extrapolation_warned  # noqa: PLW0603 - per process, whatever the selector
+    kind = _extrapolation_kind(why)
+    if kind in _extrapolation_warned:
         return
-    _extrapolation_warned = True
+    _extrapolation_warned = _extrapolation_warned | {kind}
     warnings.warn(
         f"algosel: {problem.key}: {why}; the model's answer is an extrapolation (Choice.extrapolated; "
-        "further ones are not warned about)",
+        f"further ones of this kind ({kind}) are not warned about)",
         ExtrapolationWarning,
         stacklevel=5,  # the caller of algosel.predict (predict -> choose -> _rank -> here)
     )
