@@ -41,6 +41,29 @@ def _hook_context(args: argparse.Namespace):
     return algosel.hook.enabled(**kwargs)
 
 
+def step_summary(times_ms: list[float]) -> dict[str, float]:
+    """Median, 25th and 75th percentile of the step times. The percentiles are read within the measured range
+    (``method="inclusive"``): the default ("exclusive") extrapolates beyond it on few samples, and gave a negative
+    25th percentile for two steps."""
+    if len(times_ms) < 2:
+        return {"step_ms_median": times_ms[0], "step_ms_p25": times_ms[0], "step_ms_p75": times_ms[0]}
+    p25, _, p75 = statistics.quantiles(times_ms, n=4, method="inclusive")
+    return {"step_ms_median": statistics.median(times_ms), "step_ms_p25": p25, "step_ms_p75": p75}
+
+
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=("default", "benchmark", "hook"), default="default")
@@ -49,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verify", type=int, default=0, help="hook: time the model's top k on each new problem")
     parser.add_argument("--record", default=None, help="hook: record the problems it met without records here")
     parser.add_argument("--dtype", choices=("float32", "amp"), default="float32", help="amp: float16 autocast")
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--size", type=int, default=128, help="image height and width (a multiple of 16)")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--batch", type=_count(1), default=16)
+    parser.add_argument("--size", type=_count(16), default=128, help="image height and width (a multiple of 16)")
+    parser.add_argument("--steps", type=_count(1), default=30)
+    parser.add_argument("--warmup", type=_count(0), default=5)
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -103,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "batch": args.batch,
         "size": args.size,
         "steps": args.steps,
-        "step_ms_median": statistics.median(times_ms),
-        "step_ms_p25": statistics.quantiles(times_ms, n=4)[0] if len(times_ms) > 1 else times_ms[0],
-        "step_ms_p75": statistics.quantiles(times_ms, n=4)[2] if len(times_ms) > 1 else times_ms[0],
+        **step_summary(times_ms),
         "wall_s": round(time.perf_counter() - t0, 2),  # warm-up and timed steps, the hook's planning included
     }
     if args.mode == "hook":
