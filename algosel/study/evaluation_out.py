@@ -12,7 +12,9 @@ import json
 from pathlib import Path
 
 from algosel.files import check_output_dir, write_output_dir
-from algosel.learn.artifact import MANIFEST_FILE, read_manifest
+
+# Light on purpose (algosel.learn.artifact, which loads LightGBM, is imported where a model directory is written):
+# the command line checks --out with this module before the seconds of importing the evaluation.
 
 TOP_K_CSV, TOP_K_PNG, CELLS_CSV = "top_k.csv", "top_k.png", "cells.csv"
 #: The files of the held-out evaluation and leave-one-network-out, in the order they are listed.
@@ -49,7 +51,7 @@ def check_out(out: str | Path | None, model_dir: str | Path, overwrite: bool = F
     """
     out_dir = Path(out) if out else default_out(model_dir)
     if _is_own_directory(out_dir, model_dir):
-        names = (*names, MANIFEST_FILE)
+        names = (*names, "manifest.json")  # the model's (algosel.learn.artifact.MANIFEST_FILE)
     return check_output_dir(out_dir, "evaluate", names, overwrite=overwrite)
 
 
@@ -57,6 +59,8 @@ def _manifest_with(model_dir: Path, files: dict[str, bytes], names: tuple[str, .
     """The model's manifest with ``files`` recorded (size and SHA-256) and the other files of ``names`` (removed
     as an earlier run's) no longer listed, as :func:`~algosel.learn.artifact.record_files` writes it; None for a
     model saved before manifests listed their files (it stays as it is)."""
+    from algosel.learn.artifact import read_manifest  # noqa: PLC0415 - see the imports
+
     manifest = read_manifest(model_dir)
     if manifest.get("files") is None:
         return None
@@ -77,6 +81,8 @@ def write_evaluation(
     (an earlier run's) is removed (:func:`algosel.files.write_output_dir`). In the model's own directory (how its
     committed report is made) the manifest records the new files in the same unit, so that the directory stays
     verifiable, and ``overwrite`` is needed for every file of ``names`` already there and for the manifest."""
+    from algosel.learn.artifact import MANIFEST_FILE  # noqa: PLC0415 - see the imports
+
     out_dir = Path(out) if out else default_out(model_dir)
     own = _is_own_directory(out_dir, model_dir)
     files = dict(files)
