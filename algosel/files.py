@@ -156,7 +156,7 @@ class OutputError(ValueError):
     the path and the way out. A ValueError, so that the command line prints it as one line."""
 
 
-def check_writable(path: str | Path, option: str) -> None:
+def check_writable(path: str | Path, option: str, shown: str | Path | None = None) -> None:
     """Refuse, before any work, a place where the files of a directory ``path`` could not be created: the nearest
     existing ancestor of ``path`` (itself included) must be a directory that takes a new file (not read-only, not
     /proc). Probed by creating and deleting a hidden temporary file there, the one test that holds for root and on
@@ -165,20 +165,22 @@ def check_writable(path: str | Path, option: str) -> None:
     Raises
     ------
     OutputError
-        One line naming ``option``, ``path`` and the ancestor at fault.
+        One line naming ``option``, ``shown`` (default ``path``: the output the user gave) and the ancestor at
+        fault.
     """
     path = Path(path)
+    shown = path if shown is None else shown
     ancestor = path
     while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise OutputError(f"{option} {path}: {ancestor} is not a directory")
+        raise OutputError(f"{option} {shown}: {ancestor} is not a directory")
     try:
         probe = _temporary(ancestor / "probe")
         probe.touch(exist_ok=False)
         probe.unlink()
     except OSError as exc:
-        raise OutputError(f"{option} {path}: cannot create files in {ancestor} ({exc.strerror or exc})") from None
+        raise OutputError(f"{option} {shown}: cannot create files in {ancestor} ({exc.strerror or exc})") from None
 
 
 def check_output_file(path: str | Path, overwrite: bool = False, option: str = "--out") -> Path:
@@ -199,7 +201,7 @@ def check_output_file(path: str | Path, overwrite: bool = False, option: str = "
             raise OutputError(f"{option} {path}: exists and is not a plain file")
         if not overwrite:
             raise OutputError(f"{option} {path}: exists; pass --overwrite to replace it")
-    check_writable(path.parent, option)
+    check_writable(path.parent, option, shown=path)
     return path
 
 
