@@ -161,6 +161,19 @@ def test_records_equal_a_local_sweep(swept, tmp_path) -> None:
     pd.testing.assert_frame_equal(on_ray[exact], plain[exact])
     # The same operands and checks; the error may differ in the last bits (Ray's workers run torch on one thread).
     assert ((on_ray["max_rel_error"] - plain["max_rel_error"]).abs() <= 1e-6).all()
+    # The GPU check's comparison (docs/sweeper.md) says so too.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import ray_sweep_check
+    finally:
+        sys.path.pop(0)
+    passed, lines = ray_sweep_check.check(str(tmp_path), str(out), reference_dir=str(tmp_path))
+    assert passed and lines[:3] == [
+        f"cases: {len(local)} plain, {len(local)} ray, 0 in one only",
+        f"candidates: {len(plain)} plain, {len(plain)} ray, 0 in one only",
+        f"statuses that differ: 0 of {len(plain)}",
+    ], lines
+    assert "geomean 1.0000, p95 |log ratio| 0.0000, 100.0% within 10%" in lines[3]
 
 
 def test_sigint_stops_the_sweep_and_a_rerun_finishes_it(cluster, tmp_path) -> None:
