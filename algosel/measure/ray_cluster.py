@@ -8,6 +8,7 @@ load it, and without it installed ``algosel sweep --ray`` is a one-line error na
 from __future__ import annotations
 
 import math
+import os
 import socket
 from collections.abc import Mapping
 from typing import Any
@@ -46,7 +47,7 @@ def require_ray():
     return ray
 
 
-def _host_port(address: str) -> tuple[str, int] | None:
+def _host_port(address: str, source: str) -> tuple[str, int] | None:
     """``(host, port)`` of ``host:port`` or ``ray://host:port``; None for Ray's own words (``auto``, ``local``)."""
     rest = address.removeprefix("ray://")
     host, sep, port = rest.rpartition(":")
@@ -55,13 +56,14 @@ def _host_port(address: str) -> tuple[str, int] | None:
     try:
         return host.strip("[]"), int(port)
     except ValueError:
-        raise RayUnavailableError(f"--ray {address}: the port {port!r} is not a number") from None
+        raise RayUnavailableError(f"{source} {address}: the port {port!r} is not a number") from None
 
 
-def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Raise :class:`RayUnavailableError` unless something accepts a TCP connection at ``address``'s host and port
-    within ``timeout_s`` (Ray's own connect would wait minutes for an address where nothing answers)."""
-    target = _host_port(address)
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S, source: str = "--ray") -> None:
+    """Raise :class:`RayUnavailableError`, naming ``source`` (where the address came from) and the address, unless
+    something accepts a TCP connection at ``address``'s host and port within ``timeout_s`` (Ray's own connect would
+    wait minutes for an address where nothing answers)."""
+    target = _host_port(address, source)
     if target is None:
         return
     try:
@@ -69,7 +71,7 @@ def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
             pass
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
-        raise RayUnavailableError(f"--ray {address}: cannot reach a Ray cluster there ({why})") from None
+        raise RayUnavailableError(f"{source} {address}: cannot reach a Ray cluster there ({why})") from None
 
 
 def connect(address: str | None = None, **init_kwargs: Any) -> None:
@@ -91,6 +93,8 @@ def connect(address: str | None = None, **init_kwargs: Any) -> None:
     address = address or None
     if address:
         check_reachable(address)
+    elif os.environ.get("RAY_ADDRESS"):  # what ray.init connects to without an address
+        check_reachable(os.environ["RAY_ADDRESS"], source="RAY_ADDRESS")
     try:
         ray.init(address=address, **init_kwargs)
     except (ConnectionError, ValueError, RuntimeError) as exc:
