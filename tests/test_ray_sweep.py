@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 
 import cpu_sweep  # noqa: E402 - after the skip: the module needs no Ray, the tests do
 
-from algosel.measure.ray_sweep import run_ray_sweep  # noqa: E402
+from algosel.measure.ray_sweep import GpuSweeperSpec, run_ray_sweep  # noqa: E402
 from algosel.measure.sweep import Sweeper, run_sweep  # noqa: E402
 from algosel.measure.timing import FakeTimer  # noqa: E402
 from algosel.records import load_records, part_paths, read_part  # noqa: E402
@@ -28,7 +28,7 @@ from algosel.spaces.pytorch import PyTorchDefaultSpace  # noqa: E402
 
 CPU_TASK = {"num_cpus": 1}
 CASES = cpu_sweep.cases(13)
-KILLED_ONCE = CASES[3].key  # its first attempt kills its worker (after the first case of its task); a retry measures it
+KILLED_ONCE = CASES[5].key  # its first attempt kills its worker (after the first case of its task); a retry measures it
 KILLS_ALWAYS = CASES[12].key  # kills every worker that measures it (a task of its own: the last of 13 in twos)
 
 
@@ -39,17 +39,25 @@ def plain_sweeper() -> Sweeper:
 
 
 class _ChaosSweeper(Sweeper):
-    """The plain sweeper, which also logs every case attempt (``pid key``), sleeps a little in each case (tasks
-    overlap) and kills its own worker process on the cases the spec names."""
+    """The plain sweeper, which also logs every case attempt (``pid key``), waits before its first case until
+    ``spec.meet`` workers have started one (so that the test does not hang on how fast Ray starts workers), sleeps a
+    little in each case and kills its own worker process on the cases the spec names."""
 
     def __init__(self, spec: ChaosSpec):
         plain = plain_sweeper()
         super().__init__(plain.spaces, plain.timer, plain.environment, device="cpu", operand_sets=1)
         self.spec = spec
+        self.met = False
 
     def measure_case(self, case):
         with open(self.spec.log, "a", encoding="utf-8") as fh:
             fh.write(f"{os.getpid()} {case.key}\n")
+        deadline = time.monotonic() + 30
+        while not self.met and len({p for p, _ in attempts(Path(self.spec.log))}) < self.spec.meet:
+            if time.monotonic() > deadline:
+                break  # the test sees it: its first two attempts are then of one worker
+            time.sleep(0.02)
+        self.met = True
         marker = Path(self.spec.marker)
         if case.key == KILLED_ONCE and not marker.exists():
             marker.write_text(str(os.getpid()))
@@ -69,6 +77,7 @@ class ChaosSpec:
     log: str
     marker: str
     case_s: float = 0.05
+    meet: int = 0
     interrupt_at: str = ""
     driver_pid: int = 0
 
@@ -95,7 +104,7 @@ def cluster():
 def swept(cluster, tmp_path_factory):
     """One sweep of 13 cases in tasks of 2 on the two-CPU cluster, one retry a task."""
     root = tmp_path_factory.mktemp("ray")
-    spec = ChaosSpec(log=str(root / "attempts.log"), marker=str(root / "killed.pid"))
+    spec = ChaosSpec(log=str(root / "attempts.log"), marker=str(root / "killed.pid"), meet=2)
     out = root / "out"
     report = run_ray_sweep(CASES, spec, out, progress=False, task_resources=CPU_TASK, chunk_cases=2, max_retries=1)
     return report, spec, out
@@ -110,6 +119,8 @@ def test_cases_spread_over_the_workers(swept) -> None:
     report, spec, _ = swept
     assert report.measured == len(CASES) - 1
     assert sum(report.workers.values()) == report.measured
+    first, second = attempts(Path(spec.log))[:2]
+    assert first[0] != second[0]  # two workers measured at once (the first two tasks; neither is killed)
     assert len(report.workers) >= 2, report.workers
     ran = {pid for pid, _ in attempts(Path(spec.log))}
     assert {int(w.rpartition(":")[2]) for w in report.workers} <= ran
@@ -120,7 +131,7 @@ def test_a_killed_worker_loses_and_duplicates_nothing(swept) -> None:
     killed = int(Path(spec.marker).read_text())
     tries = [pid for pid, key in attempts(Path(spec.log)) if key == KILLED_ONCE]
     assert tries[0] == killed and len(tries) == 2 and tries[1] != killed, tries  # measured again by another worker
-    partner = [pid for pid, key in attempts(Path(spec.log)) if key == CASES[2].key]  # first of the killed task
+    partner = [pid for pid, key in attempts(Path(spec.log)) if key == CASES[4].key]  # first of the killed task
     assert partner[0] == killed and len(partner) == 2  # measured before the kill, and again by the retry
     rows = raw_records(out)
     assert not rows.duplicated(["problem_key", "candidate_id", "env_id"]).any()
@@ -192,3 +203,11 @@ def test_sigint_stops_the_sweep_and_a_rerun_finishes_it(cluster, tmp_path) -> No
     rows = raw_records(out)
     assert set(rows["case_key"]) == {c.key for c in cases}
     assert not rows.duplicated(["problem_key", "candidate_id", "env_id"]).any()
+
+
+def test_an_error_of_the_sweep_on_a_worker_is_one_line_naming_the_worker(cluster, tmp_path) -> None:
+    # The command line's sweeper on a worker without a GPU: its ValueError comes back as one, not Ray's traceback.
+    with pytest.raises(ValueError, match=r"^worker [^:]+:\d+: no CUDA GPU visible") as info:
+        run_ray_sweep(CASES[:2], GpuSweeperSpec(), tmp_path, progress=False, task_resources=CPU_TASK)
+    assert "\n" not in str(info.value)
+    assert not part_paths(tmp_path)
