@@ -128,10 +128,15 @@ def task_options(request: Mapping[str, float]) -> dict[str, Any]:
     return options
 
 
+def resource_name(key: str) -> str:
+    """The cluster resource a request key counts: ``GPU`` for ``num_gpus``, a custom resource under its own name."""
+    return _OPTION_RESOURCES.get(key, key)
+
+
 def task_slots(request: Mapping[str, float], cluster: Mapping[str, float]) -> int:
     """How many tasks asking for ``request`` the cluster's resources ``cluster`` (``ray.cluster_resources()``) run
     at once. A task takes one CPU unless it asks otherwise (Ray's default)."""
-    needs = {_OPTION_RESOURCES.get(key, key): float(amount) for key, amount in request.items()}
+    needs = {resource_name(key): float(amount) for key, amount in request.items()}
     needs.setdefault("CPU", 1.0)
     return min(int(float(cluster.get(name, 0.0)) // amount) for name, amount in needs.items() if amount > 0)
 

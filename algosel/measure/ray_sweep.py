@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from algosel.files import write_text
-from algosel.measure.ray_cluster import GPU_TASK, describe_request, require_ray, task_options, task_slots
+from algosel.measure.ray_cluster import (
+    GPU_TASK,
+    describe_request,
+    require_ray,
+    resource_name,
+    task_options,
+    task_slots,
+)
 from algosel.measure.sweep import (
     SweepCase,
     Sweeper,
@@ -167,9 +174,10 @@ class _Slots:
             cluster = self.ray.cluster_resources()
             self.slots = task_slots(self.request, cluster)
             if not self.slots:
-                have = ", ".join(f"{k} {v:g}" for k, v in sorted(cluster.items()) if not k.startswith("node:"))
+                names = sorted({resource_name(key) for key in self.request} | {"CPU"})
+                have = ", ".join(f"{name} {float(cluster.get(name, 0)):g}" for name in names)
                 raise ValueError(f"the Ray cluster has no room for a sweep task asking {describe_request(self.request)}"
-                                 f" (its resources: {have or 'none'})")  # fmt: skip
+                                 f": it has {have}")  # fmt: skip
         return self.fixed or 2 * self.slots
 
 
@@ -224,6 +232,8 @@ def run_ray_sweep(
     report = RaySweepReport()
     todo, crashed = _todo(cases, shard, journal, out_dir, inflight_path, resume_from, retry_crashed, report)
     waiting = deque(chunked(todo, chunk_cases))
+    if waiting:
+        slots.limit()  # a cluster without room for a task: said before anything starts
     pending: dict[Any, list[SweepCase]] = {}
     sweep_id, start, task_s = uuid.uuid4().hex, time.monotonic(), []
     bar = tqdm(total=len(todo), desc=f"sweep ray {shard[0]}/{shard[1]}", unit="case", disable=not progress)
