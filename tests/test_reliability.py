@@ -309,17 +309,6 @@ def test_shipped_models_are_as_their_manifests_record_them() -> None:
         assert verify_directory(model) == []
 
 
-def test_a_model_without_file_hashes_is_still_checked_for_truncation(tmp_path) -> None:
-    model = _copy_model(SHIPPED, tmp_path / "m")
-    manifest = json.loads((model / MANIFEST_FILE).read_text())
-    del manifest["files"]
-    (model / MANIFEST_FILE).write_text(json.dumps(manifest))
-    Selector.load(model)  # whole: loads
-    _truncate(model / MODEL_FILE, 0.8)
-    with pytest.raises(SelectorError, match="truncated LightGBM model"):
-        Selector.load(model)
-
-
 def test_save_refuses_an_existing_directory_and_replaces_it_whole(slice_model, tmp_path) -> None:
     sel = Selector.load(slice_model[0])
     out = tmp_path / "m"

@@ -13,7 +13,10 @@ holds
 A directory is written as a whole (:func:`algosel.files.atomic_directory`: filled under a temporary name, then
 renamed), and its manifest's ``files`` records the size and SHA-256 of every other file. Loading checks the files it
 reads against them before LightGBM or pyarrow sees a byte: a truncated ``model.txt`` (an interrupted copy) is a
-one-line :class:`SelectorError` naming the file, never a crash inside LightGBM.
+one-line :class:`SelectorError` naming the file, never a crash inside LightGBM. A manifest without ``files`` (a
+model older than the field, or one written by hand) is refused: its files cannot be verified. Then every LightGBM
+file is read by a strict parser (:mod:`algosel.learn.model_text`) before LightGBM parses it, because LightGBM
+aborts, segfaults or loops on a damaged model text that a recomputed hash would let through.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import pandas as pd
 
 from algosel.files import atomic_directory, describe_file, sha256_file, write_text
 from algosel.learn.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
+from algosel.learn.model_text import ModelTextError, check_model_text
 from algosel.learn.ranker import Ranker, RankerParams
 from algosel.records.catalogue import CATALOGUE_COLUMNS
 from algosel.version import __version__
@@ -39,9 +43,14 @@ from algosel.version import __version__
 MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE = "model.txt", "manifest.json", "catalogue.parquet"
 #: The spaces of a model whose manifest does not list them (schema-1 models made before the field existed).
 SPACES_DEFAULT = ("cudnn", "gemm", "pytorch")
-#: Lines every complete LightGBM text model holds, the last one near its end: a model saved before manifests listed
-#: their files is checked for them, so that a truncated one is refused before LightGBM parses it.
-_MODEL_MARKERS = (b"\nend of trees\n", b"\nend of parameters\n")
+#: The manifest's fields a loader reads, and the JSON type each must have (a hand-edited manifest with a string for
+#: an object was a traceback deep inside a loader).
+_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    "feature_schema_version": (int,), "feature_names": (list,), "params": (dict,), "environment": (dict,),
+    "files": (dict,), "time_model": (dict,), "spaces": (list,), "blocked_engines": (list,),
+}  # fmt: skip
+#: SHA-256 of the model texts :func:`booster_from_bytes` found sound in this process (the check is ~50-150 ms).
+_sound_texts: set[bytes] = set()
 
 
 class SelectorError(ValueError):
@@ -107,8 +116,8 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
             raise SelectorError(f"{directory}: not a model directory (missing {name})")
     try:
         manifest = json.loads((directory / MANIFEST_FILE).read_bytes().decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SelectorError(f"{directory / MANIFEST_FILE}: corrupt manifest ({exc})") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise SelectorError(f"{directory / MANIFEST_FILE}: corrupt manifest ({exc})") from None
     except OSError as exc:
         raise SelectorError(f"{directory / MANIFEST_FILE}: unreadable ({exc.strerror or exc})") from None
     if not isinstance(manifest, dict):
@@ -116,6 +125,19 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     for field in ("feature_schema_version", "feature_names", "params", "environment"):
         if field not in manifest:
             raise SelectorError(f"{directory / MANIFEST_FILE}: manifest lacks {field!r}")
+    for field, types in _MANIFEST_TYPES.items():
+        value = manifest.get(field)
+        if value is None and field in ("files", "time_model"):
+            continue  # as if absent: no time model; no files, which verified_bytes refuses naming the fix
+        if field in manifest and (not isinstance(value, types) or isinstance(value, bool)):
+            want = {int: "an integer", list: "a list", dict: "an object"}[types[0]]
+            raise SelectorError(
+                f"{directory / MANIFEST_FILE}: corrupt manifest ({field!r} is {type(value).__name__} "
+                f"{json.dumps(value)[:40]}, expected {want}); restore the model directory or retrain"
+            )
+    for field, item, want in (("spaces", str, "names"), ("blocked_engines", list, "lists")):
+        if not all(isinstance(v, item) for v in manifest.get(field, [])):
+            raise SelectorError(f"{directory / MANIFEST_FILE}: corrupt manifest ({field!r} must hold {want})")
     return manifest
 
 
@@ -132,24 +154,24 @@ def tuned_params(directory: str | Path, base: RankerParams | None = None) -> Ran
 def verified_bytes(directory: str | Path, manifest: Mapping[str, Any], name: str) -> bytes:
     """The content of ``directory/name``, checked against the size and SHA-256 the manifest's ``files`` records.
 
-    A model saved before manifests listed their files has its ``model.txt`` checked for the lines that end every
-    complete LightGBM model instead.
-
     Raises
     ------
     SelectorError
-        Naming the file, when it is missing, unreadable, or differs from what the manifest records.
+        Naming the manifest when it records no ``files`` (nothing to verify against: a model saved before manifests
+        listed their files, or a manifest written by hand), else naming the file when it is missing, unreadable, or
+        differs from what the manifest records.
     """
     path = Path(directory) / name
+    files = manifest.get("files")
+    if files is None:
+        raise SelectorError(
+            f"{Path(directory) / MANIFEST_FILE}: records no 'files' (sizes and SHA-256), so {name} cannot be "
+            "verified before it is read; retrain the model with `algosel train` (or restore its directory)"
+        )
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise SelectorError(f"{path}: unreadable ({exc.strerror or exc})") from None
-    files = manifest.get("files")
-    if files is None:
-        if name == MODEL_FILE and not all(marker in data for marker in _MODEL_MARKERS):
-            raise SelectorError(f"{path}: truncated LightGBM model (no 'end of trees' / 'end of parameters' line)")
-        return data
     entry = files.get(name) if isinstance(files, dict) else None
     if not isinstance(entry, dict) or not isinstance(entry.get("bytes"), int) or "sha256" not in entry:
         raise SelectorError(f"{Path(directory) / MANIFEST_FILE}: records no size and sha256 of {name}")
@@ -173,6 +195,8 @@ def verify_directory(directory: str | Path) -> list[str]:
         path = directory / name
         if not path.is_file():
             problems.append(f"{path}: missing")
+        elif not isinstance(entry, dict):
+            problems.append(f"{directory / MANIFEST_FILE}: records no size and sha256 of {name}")
         elif path.stat().st_size != entry.get("bytes") or sha256_file(path) != entry.get("sha256"):
             problems.append(f"{path}: differs from the manifest")
     return problems
@@ -219,10 +243,7 @@ def load_artifact(directory: str | Path) -> Artifact:
     # LightGBM and pyarrow parse the very bytes that were verified (no second read of the files).
     model_text = verified_bytes(directory, manifest, MODEL_FILE)
     catalogue_bytes = verified_bytes(directory, manifest, CATALOGUE_FILE)
-    try:
-        booster = lgb.Booster(model_str=model_text.decode("utf-8"))
-    except (lgb.basic.LightGBMError, UnicodeDecodeError) as exc:
-        raise SelectorError(f"{directory / MODEL_FILE}: corrupt LightGBM model ({exc})") from exc
+    booster = booster_from_bytes(model_text, directory / MODEL_FILE)
     if booster.num_feature() != len(FEATURE_NAMES):
         raise SelectorError(
             f"{directory / MODEL_FILE}: {booster.num_feature()} features, expected {len(FEATURE_NAMES)}"
@@ -233,6 +254,29 @@ def load_artifact(directory: str | Path) -> Artifact:
         raise SelectorError(f"{directory / CATALOGUE_FILE}: unreadable catalogue ({exc})") from exc
     params = RankerParams(**{k: v for k, v in manifest["params"].items() if k in RankerParams.__dataclass_fields__})
     return Artifact(Ranker(params, booster), manifest, catalogue)
+
+
+def booster_from_bytes(data: bytes, path: str | Path) -> lgb.Booster:
+    """A LightGBM booster from the text model ``data`` (read from ``path``), which the strict parser
+    (:func:`~algosel.learn.model_text.check_model_text`) reads first: LightGBM itself never sees a text that could
+    abort, segfault or hang the process.
+
+    Raises
+    ------
+    SelectorError
+        ``<path>: corrupt LightGBM model (line N: ...)``.
+    """
+    digest = hashlib.sha256(data).digest()
+    try:
+        text = data.decode("utf-8") if digest in _sound_texts else check_model_text(data)
+    except ModelTextError as exc:
+        raise SelectorError(f"{path}: corrupt LightGBM model ({exc}); restore the model directory or retrain") from None
+    try:
+        booster = lgb.Booster(model_str=text)
+    except Exception as exc:  # noqa: BLE001 - LightGBMError, or the wrapper's own errors reading what LightGBM read
+        raise SelectorError(f"{path}: corrupt LightGBM model ({type(exc).__name__}: {exc})") from None
+    _sound_texts.add(digest)
+    return booster
 
 
 def new_manifest(params: RankerParams, environment: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

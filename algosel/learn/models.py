@@ -7,7 +7,9 @@ them; ``models/`` of a source checkout links there.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from algosel.learn.artifact import MANIFEST_FILE, SPACES_DEFAULT, SelectorError, space_of
 from algosel.learn.selector import Selector
@@ -23,10 +25,14 @@ _live: dict[int, bool] = {}
 
 
 def model_space(directory: Path) -> str:
-    """:func:`~algosel.learn.artifact.space_of` a model directory (read from its manifest)."""
+    """:func:`~algosel.learn.artifact.space_of` a model directory (read from its manifest); ``"cudnn"`` for a
+    manifest that cannot say (unreadable, not an object, ``spaces`` not a list of names): loading it says why."""
     try:
-        spaces = json.loads((directory / MANIFEST_FILE).read_text()).get("spaces", SPACES_DEFAULT)
-    except (OSError, json.JSONDecodeError):
+        manifest = json.loads((directory / MANIFEST_FILE).read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON
+        return "cudnn"
+    spaces = manifest.get("spaces", SPACES_DEFAULT) if isinstance(manifest, dict) else None
+    if not isinstance(spaces, (list, tuple)) or not all(isinstance(s, str) for s in spaces):
         return "cudnn"
     return space_of(spaces)
 
@@ -63,6 +69,27 @@ def default_model_dir(models_root: str | Path | None = None, space: str = "cudnn
 def load_default(models_root: str | Path | None = None, force: bool = False, space: str = "cudnn") -> Selector:
     """Load :func:`default_model_dir`."""
     return Selector.load(default_model_dir(models_root, space), force=force)
+
+
+def check_records_environment(
+    sel: Selector, model_dir: str | Path, records_env: Mapping[str, Any], force: bool = False
+) -> list[str]:
+    """How the records' environment differs from the one ``sel`` was trained for (:func:`mismatches`): a model
+    judged or priced on records of another GPU or cuDNN means nothing, so a difference is refused unless ``force``
+    (then returned, for the caller to note). The refusal is ``algosel evaluate``'s, word for word.
+
+    Raises
+    ------
+    SelectorError
+        ``<model_dir> was trained for <GPU> (cuDNN <v>) but the records are of ...; pass --force ...``.
+    """
+    other = mismatches(sel.environment, records_env)
+    if other and not force:
+        raise SelectorError(
+            f"{model_dir} was trained for {sel.environment.get('gpu_name')} (cuDNN {sel.environment.get('cudnn')}) "
+            f"but the records are of {', '.join(other)}; pass --force to score it on them anyway"
+        )
+    return other
 
 
 def live_available(sel: Selector) -> bool:

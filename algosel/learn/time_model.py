@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from algosel.files import write_text
-from algosel.learn.artifact import verified_bytes
+from algosel.learn.artifact import booster_from_bytes, verified_bytes
 from algosel.learn.features import CATEGORICAL_FEATURES, FEATURE_NAMES
 from algosel.learn.ranker import base_lgb_params
 from algosel.learn.rowpredict import row_predictor
@@ -127,27 +127,30 @@ class TimeModel:
         cls, directory: str | Path, section: Mapping[str, Any], manifest: Mapping[str, Any] | None = None
     ) -> TimeModel:
         """Read the time model a manifest's ``time_model`` section names, checked against the size and SHA-256
-        the manifest's ``files`` records (where ``manifest`` is given and has them) and against the feature
-        schema."""
+        the manifest's ``files`` records (where ``manifest`` is given: one without ``files`` is refused), by the
+        strict parser LightGBM's text passes first (:func:`~algosel.learn.artifact.booster_from_bytes`), and against
+        the feature schema."""
         name = str(section.get("file", TIME_MODEL_FILE))
         path = Path(directory) / name
+        if Path(name).name != name or name in ("", ".", ".."):  # a name inside the model directory, nothing else
+            raise TimeModelError(f"{Path(directory) / 'manifest.json'}: time_model names the file {name!r}")
         if not path.is_file():
             raise TimeModelError(f"{path}: the manifest lists a time model but the file is missing")
-        if manifest is not None and manifest.get("files") is not None:
+        if manifest is not None:
             data = verified_bytes(directory, manifest, name)  # SelectorError naming the file
         else:
             try:
                 data = path.read_bytes()
             except OSError as exc:
                 raise TimeModelError(f"{path}: unreadable ({exc.strerror or exc})") from None
-        try:
-            booster = lgb.Booster(model_str=data.decode("utf-8"))
-        except (lgb.basic.LightGBMError, UnicodeDecodeError) as exc:
-            raise TimeModelError(f"{path}: corrupt LightGBM model ({exc})") from exc
+        booster = booster_from_bytes(data, path)  # SelectorError naming the file and line
         if booster.num_feature() != len(FEATURE_NAMES):
             raise TimeModelError(f"{path}: {booster.num_feature()} features, expected {len(FEATURE_NAMES)}")
         known = TimeModelParams.__dataclass_fields__
-        params = TimeModelParams(**{k: v for k, v in dict(section.get("params", {})).items() if k in known})
+        chosen = section.get("params", {})
+        if not isinstance(chosen, dict):
+            raise TimeModelError(f"{Path(directory) / 'manifest.json'}: time_model's params is not an object")
+        params = TimeModelParams(**{k: v for k, v in chosen.items() if k in known})
         return cls(params, booster)
 
 

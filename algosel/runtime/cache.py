@@ -9,7 +9,13 @@ frontend, the model's data fingerprint, algosel's version) under ``<cache_root>/
   processes of one job share the file safely; a reader skips a damaged line with one warning; a file that is not
   this format is set aside (renamed ``*.bad``) and rebuilt;
 - ``plans/<sha>.plan``: the cuDNN frontend's serialized plan of a chosen engine config, after the uids of its x,
-  w and y tensors (written atomically).
+  w and y tensors (written atomically);
+- ``claims/<sha>.claim``: which process is timing a problem (:mod:`algosel.runtime.claims`).
+
+``algosel cache clear`` (:func:`clear_folder`) removes only what it can prove it wrote: a folder whose
+``decisions.jsonl`` starts with this format's header, whose environment is the one the folder is named after
+(:func:`folder_environment`), and in it only the files of the layout above. Anything else under ``runtime/`` (a
+folder without that header, a user's file inside a cache folder, a link) is left where it is, and said so.
 
 A serialized plan can carry compiled code (the frontend says to deserialize only trusted blobs): plans are loaded
 only from a folder owned by this user that no other user can write to; otherwise decisions are still used, plans are
@@ -25,6 +31,7 @@ import json
 import logging
 import math
 import os
+import re
 import stat
 import struct
 import tempfile
@@ -273,6 +280,76 @@ class RuntimeCache:
 
 
 def cache_folders(root: str | Path) -> list[Path]:
-    """Every environment folder of the runtime cache under ``root``."""
+    """Every folder under ``root/runtime/`` (links to folders included): the environment folders of the runtime
+    cache, and whatever else is there (:func:`folder_environment` tells them apart)."""
     base = Path(root) / "runtime"
     return sorted(p for p in base.glob("*") if p.is_dir()) if base.is_dir() else []
+
+
+#: What a cache folder holds (see the module docstring): its files, and its subfolders with their files' names.
+_OWN_FILES = ("decisions.jsonl", "decisions.jsonl.bad")
+_OWN_SUBFOLDERS = {
+    "plans": re.compile(r"[0-9a-f]{24}\.plan|\.tmp-[A-Za-z0-9_]+"),  # RuntimeCache.put_plan (mkstemp's temporaries)
+    "claims": re.compile(r"[0-9a-f]{20}\.claim"),  # runtime.claims.ProblemClaims
+}
+
+
+def folder_environment(folder: str | Path) -> tuple[dict[str, Any] | None, str]:
+    """``(environment, "")`` for a folder this cache wrote: a real folder (no link) whose ``decisions.jsonl`` starts
+    with a :data:`FORMAT` header whose environment's :func:`environment_key` is the folder's name; else ``(None,
+    why not)``. The proof that ``algosel cache clear`` may empty it."""
+    folder = Path(folder)
+    path = folder / "decisions.jsonl"
+    if folder.is_symlink():
+        return None, "a link, not a folder of its own"
+    if path.is_symlink() or not path.is_file():
+        return None, "no decisions.jsonl"
+    try:
+        with path.open("rb") as fh:
+            header = json.loads(fh.readline(1 << 20))
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
+        return None, f"decisions.jsonl does not start with a {FORMAT} header ({type(exc).__name__})"
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        return None, f"decisions.jsonl does not start with a {FORMAT} header"
+    environment = header.get("environment")
+    if not isinstance(environment, dict) or environment_key(environment) != folder.name:
+        return None, "its header's environment is not the one the folder is named after"
+    return environment, ""
+
+
+def clear_folder(folder: str | Path) -> list[str]:
+    """Remove a folder of this cache (:func:`folder_environment` must prove it one): its own files, then the folder
+    once empty. Returns what was left, one line each (empty: the folder is gone); nothing else is ever removed.
+    """
+    folder = Path(folder)
+    environment, why = folder_environment(folder)
+    if environment is None:
+        return [f"{folder}: left, not a runtime cache folder ({why})"]
+    left = []
+
+    def remove(path: Path) -> None:
+        try:
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()  # never rmtree: only the files checked above go
+            else:
+                path.unlink()
+        except OSError as exc:
+            left.append(f"{path}: left, cannot remove it ({exc.strerror or exc})")
+
+    for entry in sorted(folder.iterdir()):
+        pattern = _OWN_SUBFOLDERS.get(entry.name)
+        if entry.name in _OWN_FILES and entry.is_file() and not entry.is_symlink():
+            remove(entry)
+        elif pattern is not None and entry.is_dir() and not entry.is_symlink():
+            for inner in sorted(entry.iterdir()):
+                if pattern.fullmatch(inner.name) and inner.is_file() and not inner.is_symlink():
+                    remove(inner)
+                else:
+                    left.append(f"{inner}: left, not a file the runtime cache writes")
+            if not any(entry.iterdir()):
+                remove(entry)
+        else:
+            left.append(f"{entry}: left, not a file the runtime cache writes")
+    if not left:
+        remove(folder)
+    return left

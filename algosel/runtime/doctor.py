@@ -132,7 +132,11 @@ def _default_model(space: str, roots: Sequence[Path]) -> dict[str, Any]:
     if here is not None:
         for root in roots[1:]:
             for d in model_dirs(root, space):
-                if not mismatches(read_manifest(d)["environment"], here):
+                try:
+                    env = read_manifest(d)["environment"]
+                except SelectorError:  # listed among the models as unreadable, with why
+                    continue
+                if not mismatches(env, here):
                     matching.append(str(d))
     return {"space": space, "model": str(directory), "error": None, "local_matches": matching}
 

@@ -1,0 +1,385 @@
+"""Bad model files, manifests and cache folders: one line naming the bad value, never a crash, never a lost file.
+
+- The runtime cache proves a folder its own by its header and the folder's name (what ``algosel cache clear`` is to
+  rely on).
+- A model file is verified (a manifest without ``files`` is refused) and read by a strict parser before LightGBM
+  sees it: LightGBM 4.7 aborts on a resized tree block, and segfaults or hangs on a child index out of range
+  (:func:`test_these_model_texts_do_take_lightgbm_down`); it loops forever on a child that points back up the tree.
+- The check of a model against records of another GPU, with ``evaluate``'s wording.
+- ``doctor --models`` lists a manifest that is a list, or whose environment is a string, as unreadable.
+
+The command lines run concurrently in one module fixture (``ran``), as in test_reliability.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO
+
+from algosel.learn.artifact import MANIFEST_FILE, MODEL_FILE, SelectorError, read_manifest
+from algosel.learn.model_text import ModelTextError, check_model_text
+from algosel.learn.selector import Selector
+from algosel.learn.time_model import TIME_MODEL_FILE
+from algosel.runtime.cache import Decision, RuntimeCache, clear_folder, folder_environment
+
+SHIPPED = REPO / "models" / "h200-cudnn91900"
+LEGACY = REPO / "models" / "h200-cudnn91900-legacy"
+RECORDED = "n32_c64_k64_h56_w56_r3_s3_p1x1_u1x1_d1x1_g1_float16_nchw_fwd"
+ENV = {"gpu_name": "NVIDIA H200", "cudnn": 91900, "torch": "2.11.0", "cudnn_frontend": "1.32.0", "model": "abc"}
+
+
+def _hashes(*roots: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``roots`` and the target of every link (missing roots hash as absent)."""
+    out = {}
+    for root in roots:
+        if not root.exists() and not root.is_symlink():
+            out[str(root)] = "absent"
+        paths = [root] if not root.is_dir() or root.is_symlink() else sorted(root.rglob("*"))
+        for p in paths:
+            if p.is_symlink():
+                out[str(p)] = "link to " + os.readlink(p)
+            elif p.is_file():
+                out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _rerecord(model: Path, name: str) -> None:
+    """Record a changed file's size and SHA-256 in the manifest, as a hand edit or a bad tool would."""
+    manifest = json.loads((model / MANIFEST_FILE).read_text())
+    data = (model / name).read_bytes()
+    manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (model / MANIFEST_FILE).write_text(json.dumps(manifest))
+
+
+def _token(text: str, prefix: str, index: int) -> str:
+    """Token ``index`` of the first line of ``text`` starting with ``prefix``."""
+    line = next(line for line in text.split("\n") if line.startswith(prefix))
+    return line.split("=", 1)[1].split(" ")[index]
+
+
+def _edit_line(text: str, prefix: str, index: int, value: str, occurrence: int = 0) -> str:
+    """``text`` with token ``index`` of the ``occurrence``-th line starting with ``prefix`` replaced by ``value``."""
+    lines = text.split("\n")
+    at = [i for i, line in enumerate(lines) if line.startswith(prefix)][occurrence]
+    key, values = lines[at].split("=", 1)
+    tokens = values.split(" ")
+    tokens[index] = value
+    lines[at] = key + "=" + " ".join(tokens)
+    return "\n".join(lines)
+
+
+def _sizes_fixed(text: str) -> str:
+    """``text`` with ``tree_sizes`` recomputed for its blocks as they now are (as a tool editing a model would)."""
+    start, end = text.index("\nTree=0\n") + 1, text.index("end of trees\n")
+    blocks = [b for b in re.split(r"(?m)^(?=Tree=)", text[start:end]) if b]
+    sizes = " ".join(str(len(b.encode())) for b in blocks)
+    return re.sub(r"(?m)^tree_sizes=.*$", "tree_sizes=" + sizes, text[:start]) + text[start:]
+
+
+# ------------------------------------------------------------------------------------------- command lines
+@dataclass
+class Row:
+    """One command line: what it runs, and what it must and must not do."""
+
+    argv: list[str]
+    status: int = 2
+    #: Fragments the one-line error (status 2) or stdout (status 0) must hold.
+    says: tuple[str, ...] = ()
+    #: Files and folders the command must leave as they were.
+    unchanged: tuple[Path, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    before: dict[str, str] = field(default_factory=dict)
+    result: subprocess.CompletedProcess | None = None
+    seconds: float = 0.0
+
+
+def _run(row: Row) -> Row:
+    row.before = _hashes(*row.unchanged)
+    t0 = time.perf_counter()
+    row.result = subprocess.run(
+        [sys.executable, "-m", "algosel", *row.argv], cwd=REPO, capture_output=True, text=True, timeout=300,
+        check=False, env={**os.environ, **row.env},
+    )  # fmt: skip
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, Path]:
+    """Damaged models, built once."""
+    root = tmp_path_factory.mktemp("bad-inputs")
+    paths = {"root": root}
+
+    # One threshold written longer, and the hash recomputed: every later tree moves, LightGBM aborted (exit 134).
+    garbled = shutil.copytree(LEGACY, root / "garbled")
+    text = (garbled / MODEL_FILE).read_text()
+    (garbled / MODEL_FILE).write_text(_edit_line(text, "threshold=", 0, "12.5000000000000002"))
+    _rerecord(garbled, MODEL_FILE)
+    paths["garbled"] = garbled
+
+    other = shutil.copytree(LEGACY, root / "other-gpu")
+    manifest = json.loads((LEGACY / MANIFEST_FILE).read_text())
+    manifest["environment"]["gpu_name"] = "NVIDIA B200"
+    (other / MANIFEST_FILE).write_text(json.dumps(manifest))
+    paths["other-gpu"] = other
+
+    bad = root / "bad-manifests"
+    for name, edit in (("as-list", lambda m: [m]), ("env-string", lambda m: {**m, "environment": "NVIDIA H200"})):
+        model = bad / name
+        model.mkdir(parents=True)
+        for file in (MODEL_FILE, "catalogue.parquet"):  # doctor reads manifests only: the others may be links
+            (model / file).symlink_to(LEGACY / file)
+        (model / MANIFEST_FILE).write_text(json.dumps(edit(json.loads((LEGACY / MANIFEST_FILE).read_text()))))
+    paths["bad-manifests"] = bad
+    return paths
+
+
+def _rows(p: dict[str, Path]) -> dict[str, Row]:
+    return {
+        # Item 3: a resized tree block with a matching hash aborted (exit 134) inside LightGBM.
+        "predict-garbled-threshold": Row(["predict", "--model", str(p["garbled"]), "--key", RECORDED, "--offline"],
+                                         says=(str(p["garbled"] / MODEL_FILE), "corrupt LightGBM model",
+                                               "line 12: tree 0: the block is not"),
+                                         unchanged=(p["garbled"],)),
+        # Item 8: a manifest that is a list, or whose environment is a string, was a traceback.
+        "doctor-bad-manifests": Row(["doctor", "--models", str(p["bad-manifests"])], status=0,
+                                    says=("as-list", "manifest.json: corrupt manifest (not a JSON object)",
+                                          "env-string", "'environment' is str \"NVIDIA H200\", expected an object"),
+                                    unchanged=(p["bad-manifests"],)),
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ran(inputs) -> dict[str, Row]:
+    rows = _rows(inputs)
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        return dict(zip(rows, pool.map(_run, rows.values())))
+
+
+_INPUTS = ("root", "garbled", "other-gpu", "bad-manifests")
+ROW_NAMES = list(_rows({k: Path("/unused") for k in _INPUTS}))
+
+
+@pytest.mark.parametrize("name", ROW_NAMES)
+def test_command_line_row(ran: dict[str, Row], name: str) -> None:
+    row = ran[name]
+    res = row.result
+    assert res is not None
+    assert res.returncode >= 0, f"killed by signal {-res.returncode}: {res.stderr[-2000:]}"
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == row.status, (res.returncode, res.stdout[-2000:], res.stderr[-2000:])
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    if row.status == 2:
+        assert len(lines) == 1, res.stderr
+        assert lines[0].startswith(f"algosel {row.argv[0]}: error: "), lines[0]
+        for fragment in row.says:
+            assert fragment in lines[0], (fragment, lines[0])
+    else:
+        assert not lines, res.stderr
+        for fragment in row.says:
+            assert fragment in res.stdout, (fragment, res.stdout)
+    assert _hashes(*row.unchanged) == row.before, "a file it must not write changed"
+
+
+def test_folder_environment_proves_a_folder_only_by_its_header_and_name(tmp_path) -> None:
+    cache = RuntimeCache(tmp_path, ENV)
+    cache.put(Decision("k", "pytorch:default", "records"))
+    assert folder_environment(cache.folder) == (ENV, "")
+    renamed = cache.folder.rename(cache.folder.with_name("fedcba9876543210"))
+    assert folder_environment(renamed)[0] is None
+    assert clear_folder(renamed) == [f"{renamed}: left, not a runtime cache folder (its header's environment is not "
+                                     "the one the folder is named after)"]  # fmt: skip
+    (renamed / "decisions.jsonl").write_bytes(b"\xff\xfe not text\n")
+    assert folder_environment(renamed)[1].startswith("decisions.jsonl does not start with a algosel-runtime-cache")
+    assert sorted(p.name for p in renamed.iterdir()) == ["decisions.jsonl"]
+
+
+# ------------------------------------------------------------------------------ the strict LightGBM reader
+@pytest.fixture(scope="module")
+def tiny() -> str:
+    """A LightGBM model of 3 trees of 7 leaves, its root split on a categorical feature (milliseconds to train)."""
+    import lightgbm as lgb
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 8, (400, 4))
+    x[:, 3] = rng.integers(0, 6, 400)
+    y = np.isin(x[:, 3], [1, 4]) * 5 + x[:, 0] * 0.3 + rng.normal(0, 0.1, 400)
+    params = {"objective": "regression", "num_leaves": 7, "verbose": -1, "num_threads": 1, "min_data_in_leaf": 5}
+    text = lgb.train(params, lgb.Dataset(x, y, categorical_feature=[3]), num_boost_round=3).model_to_string()
+    assert "\nthreshold=0 " in text and "\nnum_cat=1\n" in text  # the root's split is categorical
+    return text
+
+
+#: Damage, as functions of the model text, and what the refusal says (line 12 is ``Tree=0``).
+DAMAGE = {
+    # LightGBM aborts (exit 134): tree_sizes no longer match the blocks.
+    "threshold-longer": (lambda t: _edit_line(t, "threshold=", 1, _token(t, "threshold=", 1) + "0"),
+                         "expected 'Tree=1' at this tree's tree_sizes offset"),
+    "block-cut-out": (lambda t: t[: t.index("Tree=1\n")] + t[t.index("Tree=2\n") :], "expected 'Tree=1'"),
+    "file-cut-short": (lambda t: t[: t.index("Tree=2\n") + 50], "tree_sizes runs past the end of the file"),
+    # LightGBM segfaults when predicting (a child out of range) or loops forever (a child back up the tree).
+    "child-out-of-range": (lambda t: _edit_line(t, "left_child=", 0, "9"), "line 19: tree 0: left_child points"),
+    "child-back-up": (lambda t: _edit_line(t, "left_child=", 1, "0"), "left_child points outside the tree or back"),
+    # LightGBM reads these silently wrong (a feature or category out of range, '2x5' as 2, nan as a leaf's value).
+    "feature-out-of-range": (lambda t: _edit_line(t, "split_feature=", 1, "9"), "split_feature outside 0..3"),
+    "category-out-of-range": (lambda t: _edit_line(t, "threshold=", 0, "9"), "categorical threshold is not a"),
+    "threshold-letter": (lambda t: _sizes_fixed(_edit_line(t, "threshold=", 1, "3x8")),
+                         "line 17: tree 0: threshold must be 6 space-separated numbers"),
+    "leaf-weight-letter": (lambda t: _sizes_fixed(_edit_line(t, "leaf_weight=", 0, "e5")),  # LightGBM aborts
+                           "tree 0: leaf_weight must be 7 space-separated numbers"),
+    "leaf-nan": (lambda t: _sizes_fixed(_edit_line(t, "leaf_value=", 2, "nan")), "leaf_value holds inf or nan"),
+    "num-leaves": (lambda t: t.replace("num_leaves=7", "num_leaves=9", 1), "tree 0: split_feature must be 8"),
+    "no-line-end": (lambda t: t.replace("\nnum_cat=1\n", "\nnum_cat=1\r", 1), "a carriage return byte"),
+    "nul-byte": (lambda t: t.replace("shrinkage=1\n", "shrinkage=\x00\n", 1), "a NUL byte"),
+    "num-class": (lambda t: t.replace("num_class=1", "num_class=2", 1), "num_class and num_tree_per_iteration"),
+    "no-tree-sizes": (lambda t: "\n".join(r for r in t.split("\n") if not r.startswith("tree_sizes=")),
+                      "no tree_sizes= line"),
+    "objective": (lambda t: t.replace("objective=regression", "objective=", 1), "objective=''"),
+    "parameter-line": (lambda t: t.replace("[boosting: gbdt]", "[boosting gbdt]", 1), "not a parameter line"),
+    "pandas-categorical": (lambda t: t.replace("pandas_categorical:null", "pandas_categorical:nul", 1),
+                           "pandas_categorical: not null or a list"),
+}  # fmt: skip
+
+
+def test_the_tiny_model_and_every_shipped_model_file_pass(tiny) -> None:
+    assert check_model_text(tiny.encode()) == tiny
+    for model in (SHIPPED, LEGACY):
+        for name in (MODEL_FILE, TIME_MODEL_FILE):
+            data = (model / name).read_bytes()
+            assert check_model_text(data) == data.decode()
+
+
+@pytest.mark.parametrize("name", list(DAMAGE))
+def test_damaged_model_text_is_refused_naming_line_and_field(tiny, name) -> None:
+    damage, says = DAMAGE[name]
+    damaged = damage(tiny)
+    assert damaged != tiny
+    with pytest.raises(ModelTextError, match=None) as got:
+        check_model_text(damaged.encode())
+    assert says in str(got.value), str(got.value)
+
+
+_CHILD = textwrap.dedent("""
+    import os, sys, time
+    import numpy as np, lightgbm as lgb
+    x = np.random.default_rng(1).uniform(0, 8, (2000, 4))
+    x[:, 3] = np.floor(x[:, 3] * 0.75)
+    children = {}
+    for path in sys.argv[1:]:  # each in a fork, all at once: LightGBM imported once, and never run here
+        pid = os.fork()
+        if pid == 0:
+            null = os.open(os.devnull, os.O_WRONLY)  # LightGBM's messages: only the verdicts go to stdout
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            booster = lgb.Booster(model_str=open(path).read())
+            booster.predict(x, num_threads=1)
+            os._exit(0)
+        children[pid] = path
+    deadline = time.monotonic() + 1.5  # loading and predicting 3 small trees takes milliseconds
+    while children and time.monotonic() < deadline:
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                print(children.pop(pid), "signal" if os.WIFSIGNALED(status) else "exit", flush=True)
+        time.sleep(0.02)
+    for pid, path in children.items():
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        print(path, "hung", flush=True)
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks a child per model text")
+def test_these_model_texts_do_take_lightgbm_down(tiny, tmp_path) -> None:
+    """The refusals above matter: LightGBM itself, given these texts, aborts (a resized or missing tree block), or
+    reads out of bounds when predicting and segfaults or never returns (which of the two varies from run to run).
+    (A child back up the tree loops forever; not run here, to spare the seconds.) Were a LightGBM release to read
+    them safely, this test says so."""
+    names = ["threshold-longer", "block-cut-out", "child-out-of-range"]
+    for name in names:
+        (tmp_path / f"{name}.txt").write_text(DAMAGE[name][0](tiny))
+    got = subprocess.run([sys.executable, "-c", _CHILD, *(str(tmp_path / f"{n}.txt") for n in names)],
+                         capture_output=True, text=True, timeout=120, check=False,
+                         env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})  # fmt: skip
+    verdicts = {Path(line.split()[0]).stem: line.split()[1] for line in got.stdout.splitlines()}
+    assert set(verdicts) == set(names), got.stdout + got.stderr[-2000:]
+    assert verdicts["threshold-longer"] == verdicts["block-cut-out"] == "signal", verdicts
+    assert verdicts["child-out-of-range"] in ("signal", "hung"), verdicts
+
+
+# --------------------------------------------------------------------------------------- model directories
+def test_a_manifest_without_files_is_refused_naming_it_and_the_fix(tmp_path) -> None:
+    """It was accepted silently, the model text read unverified. The shipped manifests have ``files``."""
+    model = tmp_path / "m"
+    model.mkdir()
+    for name in (MODEL_FILE, "catalogue.parquet", TIME_MODEL_FILE):
+        (model / name).symlink_to(LEGACY / name)
+    manifest = read_manifest(LEGACY)
+    del manifest["files"]
+    (model / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(SelectorError) as got:
+        Selector.load(model)
+    assert str(got.value) == (
+        f"{model / MANIFEST_FILE}: records no 'files' (sizes and SHA-256), so model.txt cannot be verified before it "
+        "is read; retrain the model with `algosel train` (or restore its directory)"
+    )
+
+
+def test_a_time_model_damaged_with_its_hash_recomputed_is_refused(tmp_path) -> None:
+    model = shutil.copytree(LEGACY, tmp_path / "m")
+    text = (model / TIME_MODEL_FILE).read_text()
+    (model / TIME_MODEL_FILE).write_text(text.replace("\nTree=3\n", "\nTree=3x\n", 1))
+    _rerecord(model, TIME_MODEL_FILE)
+    with pytest.raises(SelectorError, match=r"time_model\.txt: corrupt LightGBM model \(line \d+: expected 'Tree=3'"):
+        Selector.load(model)
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda m: [m], "corrupt manifest (not a JSON object)"),
+        (lambda m: {**m, "environment": "NVIDIA H200"}, "'environment' is str \"NVIDIA H200\", expected an object"),
+        (lambda m: {**m, "params": [1]}, "'params' is list [1], expected an object"),
+        (lambda m: {**m, "spaces": "legacy"}, "'spaces' is str \"legacy\", expected a list"),
+        (lambda m: {**m, "blocked_engines": [1, 2]}, "'blocked_engines' must hold lists"),
+        (lambda m: {**m, "files": {**m["files"], MODEL_FILE: "abc"}}, f"records no size and sha256 of {MODEL_FILE}"),
+        (lambda m: {**m, "time_model": {**m["time_model"], "file": "../x.txt"}}, "time_model names the file"),
+    ],
+)
+def test_manifest_fields_of_the_wrong_type_are_refused_naming_the_field(tmp_path, edit, says) -> None:
+    model = tmp_path / "m"
+    model.mkdir()
+    for name in (MODEL_FILE, "catalogue.parquet", TIME_MODEL_FILE):
+        (model / name).symlink_to(LEGACY / name)
+    (model / MANIFEST_FILE).write_text(json.dumps(edit(read_manifest(LEGACY))))
+    with pytest.raises(SelectorError) as got:
+        Selector.load(model)
+    assert says in str(got.value) and "\n" not in str(got.value), str(got.value)
+
+
+def test_records_of_another_gpu_are_refused_unless_forced(inputs) -> None:
+    """The check report and analyze-log share with evaluate's wording; with force, the difference is returned."""
+    from algosel.learn.models import check_records_environment
+
+    sel = Selector.load(inputs["other-gpu"])
+    records_env = read_manifest(LEGACY)["environment"]
+    with pytest.raises(SelectorError, match=r"trained for NVIDIA B200 \(cuDNN 91900\) but the records are of GPU"):
+        check_records_environment(sel, inputs["other-gpu"], records_env)
+    assert check_records_environment(sel, inputs["other-gpu"], records_env, force=True) == [
+        "GPU 'NVIDIA H200' (expected 'NVIDIA B200')"
+    ]
+    assert check_records_environment(sel, inputs["other-gpu"], sel.environment) == []
