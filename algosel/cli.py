@@ -143,6 +143,8 @@ def cmd_sweep(args) -> int:
             line += f"; {recorded} already recorded, {len(cases) - recorded} to measure"
         print(line)
         return 0
+    if args.ray is not None:
+        return _sweep_on_ray(args, cases, shard)
     if args.gpus is not None:
         return _launch_per_gpu(args)
     import torch  # noqa: PLC0415
@@ -226,6 +228,38 @@ def _launch_per_gpu(args) -> int:
         return 128 + stopped[0]
     # A shard killed by a signal has a negative code: report it as the shell would (128 + signal).
     return max(128 - c if c < 0 else c for c in codes)
+
+
+def _sweep_on_ray(args, cases, shard) -> int:
+    """The cases as tasks on a Ray cluster, one GPU a task; records written here (algosel.measure.ray_sweep)."""
+    if args.gpus is not None:
+        raise CliError(f"--gpus {args.gpus} and --ray: choose one (--ray schedules the cluster's GPUs itself)")
+    from algosel.measure.ray_cluster import connect  # noqa: PLC0415
+    from algosel.measure.ray_sweep import GpuSweeperSpec, run_ray_sweep, workers_line  # noqa: PLC0415
+    from algosel.spaces import space_names  # noqa: PLC0415
+
+    spaces = _check_choices("--spaces", _csv_list(args.spaces), space_names())
+    connect(args.ray)
+    spec = GpuSweeperSpec(tuple(spaces), args.budget_ms, args.workspace_limit_bytes, args.seed)
+    report = run_ray_sweep(
+        cases,
+        spec,
+        args.out,
+        shard=shard,
+        resume_from=args.resume_from,
+        time_budget_s=args.time_budget_s,
+        progress=not args.no_progress,
+        retry_crashed=args.retry_crashed,
+        chunk_cases=args.chunk_cases,
+    )
+    print(
+        f"ray, shard {args.shard}: measured {report.measured} cases {workers_line(report)}, {report.skipped_done} "
+        f"already recorded, {report.skipped_crashed} skipped after crashes, {report.left_for_later} left for a "
+        "later run"
+        + (f"; wrote {report.part}" if report.part else "")
+        + (f"; stopped by {signal.Signals(report.interrupted).name}" if report.interrupted else "")
+    )
+    return 128 + report.interrupted if report.interrupted else 0
 
 
 # --------------------------------------------------------------------------------------------- summarize
@@ -604,6 +638,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spaces", default="gemm,pytorch,cudnn", help="candidate spaces, measured in this order")
     p.add_argument("--shard", default="0/1", help="i/n: measure one of n disjoint shares of the cases")
     p.add_argument("--gpus", type=_gpus, default=None, help="'all' or a count: one process (and shard) per GPU")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="run the cases as tasks on a Ray cluster, one GPU a task (host:port of its head, ray://host:port, or "
+        "none: this machine's cluster, else a new one of this machine; needs pip install 'algosel[ray]')",
+    )
+    p.add_argument("--chunk-cases", type=_POSITIVE, default=16, help="with --ray: cases a task")
     p.add_argument("--time-budget-s", type=_positive_float, default=None, help="stop starting cases after this long")
     p.add_argument("--budget-ms", type=_positive_float, default=10.0, help="device time per candidate for repeats")
     p.add_argument("--workspace-limit-bytes", type=_COUNT, default=8 << 30)
