@@ -14,11 +14,8 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from algosel.cli_boundary import CliError, run_command  # noqa: F401 - CliError: public here, as before
 from algosel.problem import DTYPES, LAYOUTS
-
-
-class CliError(Exception):
-    """A user error: printed as one line, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,6 +67,15 @@ def _gpus(text: str) -> str:
         pass
     raise argparse.ArgumentTypeError(f"expected 'all' or a number of GPUs >= 1, got {text!r}")
 
+
+#: --overwrite of a command writing a folder of outputs (the rule of algosel.files.write_output_dir).
+_OVERWRITE_DIR_HELP = (
+    "replace files of the names this command writes that it did not write into --out itself (a user's file, one "
+    "changed since, or a model directory's own report; the folder's .algosel-outputs.json records what it wrote): "
+    "without it, they are refused before any work"
+)
+#: --overwrite of a command writing one file.
+_OVERWRITE_FILE_HELP = "replace an existing file (without it, an existing file is refused before any work)"
 
 _COUNT = _integer(0, "an integer >= 0")
 _POSITIVE = _integer(1, "an integer >= 1")
@@ -135,10 +141,11 @@ def cmd_sweep(args) -> int:
         from_layers = sum(1 for c in cases if c.source.startswith("layers:"))
         layers = f", {from_layers} from layers files" if args.layers else ""
         line = f"{len(cases)} cases ({sum(1 for c in cases if c.source.startswith('grid'))} from the grid{layers})"
-        if args.resume_from:  # what a sweep would measure: the cases none of the datasets has
-            from algosel.measure.sweep import done_case_keys  # noqa: PLC0415
+        if args.resume_from or Path(args.out).is_dir():  # what a sweep would measure: the cases none has
+            from algosel.measure.sweep import done_case_keys, journal_case_keys  # noqa: PLC0415
 
-            done = done_case_keys(args.out, *args.resume_from)
+            # --out's journals too: a killed run's finished cases, which the sweep compacts instead of measuring
+            done = done_case_keys(args.out, *args.resume_from) | journal_case_keys(args.out)
             recorded = sum(1 for c in cases if c.key in done)
             line += f"; {recorded} already recorded, {len(cases) - recorded} to measure"
         print(line)
@@ -289,7 +296,7 @@ def cmd_env(args) -> int:
 
 
 def cmd_grid(args) -> int:
-    from algosel.measure.grid import MIXES, GridSpec, sample_grid  # noqa: PLC0415
+    from algosel.measure.grid import MIXES, GridSpec, iter_grid  # noqa: PLC0415
 
     spec = GridSpec(
         count=args.count,
@@ -298,8 +305,7 @@ def cmd_grid(args) -> int:
         max_operand_bytes=args.max_operand_bytes,
         mix=_check_choices("--mix", [args.mix], tuple(MIXES))[0],
     )
-    shapes = sample_grid(spec)
-    for p in shapes:
+    for p in iter_grid(spec):  # each shape as it is drawn: a large --count prints at once, and `| head` stops it
         print(p.shape_key)
     return 0
 
@@ -318,6 +324,9 @@ def cmd_suites(args) -> int:
 
 
 def cmd_layers(args) -> int:
+    from algosel.files import check_output_file  # noqa: PLC0415
+
+    check_output_file(args.out, overwrite=args.overwrite)  # before torch and the model are imported
     from algosel.measure.layers import (  # noqa: PLC0415
         LayersError,
         default_network_name,
@@ -333,7 +342,7 @@ def cmd_layers(args) -> int:
         frame, skipped = model_layers(load_model(args.model), inputs, network, name=args.model)
     except LayersError as exc:
         raise CliError(str(exc)) from None
-    path = write_layers(frame, args.out)
+    path = write_layers(frame, check_output_file(args.out, overwrite=args.overwrite))  # again: time has passed
     shapes = frame.drop_duplicates(subset=[c for c in frame.columns if c not in ("network", "layer", "size")])
     print(
         f"wrote {path}: network {network}, {len(frame)} conv calls, {len(shapes)} distinct shapes, "
@@ -354,6 +363,15 @@ def cmd_doctor(args) -> int:
 
 # -------------------------------------------------------------------------------------------- selector
 def cmd_train(args) -> int:
+    from algosel.files import check_writable  # noqa: PLC0415
+
+    # Before the minutes of training: the model directory must land inside --models, and --models take it.
+    name = args.name
+    if name is not None and (name in ("", ".", "..") or Path(name).name != name or "\\" in name):
+        raise CliError(f"--name {args.name!r}: a model directory name, not a path (it is made inside --models)")
+    if Path(args.models).exists() and not Path(args.models).is_dir():
+        raise CliError(f"--models {args.models}: exists and is not a directory")
+    check_writable(args.models, "--models")
     from algosel.learn.ranker import RankerParams  # noqa: PLC0415
     from algosel.learn.train import DEFAULT_GRID, train  # noqa: PLC0415
 
@@ -389,8 +407,9 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():  # before the seconds of importing
-        raise CliError(f"--out {args.out}: exists and is not a directory")
+    from algosel.study.evaluation_out import check_out  # noqa: PLC0415 - light
+
+    check_out(args.out, args.model, overwrite=args.overwrite)  # before the seconds of importing the evaluation
     from algosel.study.evaluation import run_evaluation  # noqa: PLC0415
 
     if args.compare_model and not args.layers:
@@ -401,12 +420,16 @@ def cmd_evaluate(args) -> int:
         for path in args.layers:
             load_layers(path)
     text = run_evaluation(
-        args.model, args.data, args.out, lono=not args.no_lono, progress=not args.no_progress, force=args.force
+        args.model,
+        args.data,
+        args.out,
+        lono=not args.no_lono,
+        progress=not args.no_progress,
+        force=args.force,
+        layers=args.layers,
+        compare_model=args.compare_model,
+        overwrite=args.overwrite,
     )
-    if args.layers:
-        from algosel.study.evaluation import run_layers_evaluation  # noqa: PLC0415
-
-        text += "\n" + run_layers_evaluation(args.model, args.data, args.layers, args.compare_model, args.out)
     print(text)
     return 0
 
@@ -490,9 +513,7 @@ def cmd_build_ext(args) -> int:
 
 
 def cmd_cache(args) -> int:
-    import shutil  # noqa: PLC0415
-
-    from algosel.runtime.cache import RuntimeCache, cache_folders  # noqa: PLC0415
+    from algosel.runtime.cache import RuntimeCache, cache_folders, clear_folder, folder_environment  # noqa: PLC0415
     from algosel.runtime.native import cache_root  # noqa: PLC0415
 
     root = Path(args.root) if args.root else cache_root()
@@ -502,36 +523,35 @@ def cmd_cache(args) -> int:
             print(f"no runtime decisions under {root / 'runtime'}")
             return 0
         for folder in folders:
-            env = _cache_environment(folder)
+            env, why = folder_environment(folder)
             if env is None:
-                print(f"{folder}: not a runtime cache folder (no header)")
+                print(f"{folder}: not a runtime cache folder ({why})")
                 continue
             s = RuntimeCache(root, env).summary()
             print(f"{s['folder']}: {s['decisions']} decisions {s['by_source']}, {s['plans']} plans "
                   f"({s['plan_bytes']} bytes); {env.get('gpu_name')}, cuDNN {env.get('cudnn')}, "
                   f"torch {env.get('torch')}, model {env.get('model')}")  # fmt: skip
         return 0
+    # Only what the cache can prove it wrote goes (runtime.cache.clear_folder): never a folder someone else put there.
+    removed, left = 0, []
     for folder in folders:
-        shutil.rmtree(folder)
-    print(f"removed {len(folders)} runtime cache folder(s) under {root / 'runtime'}")
+        lines = clear_folder(folder)
+        removed += not lines
+        left += lines
+    for line in left:
+        print(line)
+    print(f"removed {removed} runtime cache folder(s) under {root / 'runtime'}; {len(left)} item(s) left")
     return 0
-
-
-def _cache_environment(folder: Path) -> dict | None:
-    try:
-        first = (folder / "decisions.jsonl").open(encoding="utf-8").readline()
-        header = json.loads(first)
-    except (OSError, json.JSONDecodeError):
-        return None
-    return header.get("environment") if isinstance(header, dict) else None
 
 
 # ------------------------------------------------------------------------------------------- analyze-log
 def cmd_analyze_log(args) -> int:
+    if args.csv:  # before the log is read, and the seconds of importing pandas
+        from algosel.files import check_output_file  # noqa: PLC0415
+
+        check_output_file(args.csv, overwrite=args.overwrite, option="--csv")
     from algosel.study.logs import LogError, analyze, conv_calls, parse_log, summary  # noqa: PLC0415
 
-    if args.csv and Path(args.csv).is_dir():
-        raise CliError(f"--csv {args.csv}: is a directory")
     try:
         calls = conv_calls(parse_log(args.log))
     except LogError as exc:
@@ -541,29 +561,46 @@ def cmd_analyze_log(args) -> int:
     import pandas as pd  # noqa: PLC0415
 
     from algosel.learn.artifact import SelectorError  # noqa: PLC0415
-    from algosel.learn.models import load_default  # noqa: PLC0415
+    from algosel.learn.models import default_model_dir  # noqa: PLC0415
     from algosel.learn.selector import Selector  # noqa: PLC0415
     from algosel.records import load_records  # noqa: PLC0415
 
-    selectors = {}
+    selectors, dirs = {}, {}
     for api, space, path in (("graph", "cudnn", args.model), ("legacy", "legacy", args.legacy_model)):
         try:
-            selectors[api] = (
-                Selector.load(path, force=args.force) if path else load_default(force=args.force, space=space)
-            )
+            dirs[api] = path or default_model_dir(space=space)
+            selectors[api] = Selector.load(dirs[api], force=args.force)
         except SelectorError as exc:
             print(f"algosel analyze-log: no {space} selector ({exc}); its column stays empty", file=sys.stderr)
     if args.data is not None:
-        records = load_records(*args.data)[0] if args.data else pd.DataFrame()
+        records, envs = load_records(*args.data) if args.data else (pd.DataFrame(), {})
+        if len(records):  # picks priced on another GPU's records mean nothing: refused as `algosel evaluate` does
+            from algosel.learn.models import check_records_environment  # noqa: PLC0415
+            from algosel.records.store import main_environment  # noqa: PLC0415
+
+            records_env = main_environment(records, envs)[1]
+            for api, space, path in (("graph", "cudnn", args.model), ("legacy", "legacy", args.legacy_model)):
+                if api not in selectors:
+                    continue
+                try:
+                    other = check_records_environment(selectors[api], dirs[api], records_env, args.force)
+                    if other:
+                        print(f"algosel analyze-log: warning: {dirs[api]} priced on records of another environment "
+                              f"(--force): {', '.join(other)}", file=sys.stderr)  # fmt: skip
+                except SelectorError as exc:
+                    if path:  # the model asked for
+                        raise
+                    del selectors[api]  # the default one: left out, as a model that does not load
+                    print(f"algosel analyze-log: no {space} selector ({exc}); its column stays empty", file=sys.stderr)
     else:  # the records the selectors were trained on, which every model carries in its catalogue
         frames = [sel.catalogue.frame for sel in selectors.values()]
         records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     measured = _measure_unrecorded(calls, records) if args.measure else None
     table = analyze(calls, records, selectors, measured)
     if args.csv:
-        from algosel.files import write_text  # noqa: PLC0415
+        from algosel.files import check_output_file, write_text  # noqa: PLC0415
 
-        write_text(args.csv, table.to_csv(index=False))
+        write_text(check_output_file(args.csv, overwrite=args.overwrite, option="--csv"), table.to_csv(index=False))
     cols = ["first_line", "calls", "api", "problem", "chosen", "chosen_ms", "algosel_pick", "algosel_ms",
             "best_same_api_ms", "best_ms", "lost_ms", "note"]  # fmt: skip
     with pd.option_context("display.max_colwidth", 80, "display.width", 250, "display.float_format", "{:.4f}".format):
@@ -617,7 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="dataset directory to write record parts into")
     p.add_argument("--resume-from", action="append", default=[], help="dataset whose cases are skipped")
     p.add_argument("--grid", type=_COUNT, default=0, help="number of grid shapes (0: none)")
-    p.add_argument("--seed", type=int, default=0, help="grid and operand seed")
+    p.add_argument("--seed", type=_COUNT, default=0, help="grid and operand seed (an integer >= 0)")
     p.add_argument("--max-flops", type=_positive_float, default=5e10, help="largest grid problem, in FLOPs")
     p.add_argument("--max-operand-bytes", type=_POSITIVE, default=256 << 20, help="largest grid problem's x + w + y")
     p.add_argument(
@@ -667,7 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("grid", help="print the shapes of the seeded grid")
     p.add_argument("--count", type=_COUNT, default=400)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_COUNT, default=0, help="an integer >= 0")
     p.add_argument("--max-flops", type=_positive_float, default=5e10)
     p.add_argument("--max-operand-bytes", type=_POSITIVE, default=256 << 20)
     p.add_argument("--mix", default="networks", help="family shares: 'networks' or 'loss' (algosel sweep --grid-mix)")
@@ -676,7 +713,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="tune and fit a selector on sweep records; save it under models/")
     p.add_argument("data", nargs="+", help="dataset directories or part files")
     p.add_argument("--models", default="models", help="directory that receives <gpu>-cudnn<version>/")
-    p.add_argument("--name", default=None, help="model directory name (default: from the records' environment)")
+    p.add_argument(
+        "--name", default=None, help="model directory name inside --models (default: from the records' environment)"
+    )
     p.add_argument("--folds", type=_integer(2, "an integer >= 2"), default=3, help="cross-validation folds for tuning")
     p.add_argument("--n-estimators", type=_POSITIVE, default=300)
     p.add_argument("--threads", type=_POSITIVE, default=2, help="LightGBM threads (one on small records)")
@@ -694,9 +733,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="compare the model's picks with cuDNN's heuristics on held-out shapes")
     p.add_argument("--model", required=True, help="model directory")
     p.add_argument("--data", nargs="+", required=True, help="the records the model was trained and tested on")
-    p.add_argument("--out", default=None, help="directory for the report files (default: reports/<model name>)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="directory for the report files (default: reports/<model name>), written as one unit once all is "
+        "computed; an earlier run's files there are replaced, other files left alone",
+    )
     p.add_argument("--no-lono", action="store_true", help="skip leave-one-network-out (it retrains per network)")
     p.add_argument("--force", action="store_true", help="score a model made for another GPU or cuDNN than the records")
+    p.add_argument("--overwrite", action="store_true", help=_OVERWRITE_DIR_HELP)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
         "--layers", action="append", default=[], metavar="FILE.csv", help="also judge the model on these layers"
@@ -743,7 +788,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--legacy-model", default=None, help="legacy selector for legacy API calls (default: shipped)")
     p.add_argument("--measure", action="store_true", help="measure problems the records lack on this GPU")
     p.add_argument("--force", action="store_true", help="use models made for another GPU or cuDNN")
-    p.add_argument("--csv", default=None, help="also write the table to this CSV file")
+    p.add_argument("--csv", default=None, help="also write the table to this CSV file (an existing one: --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help=_OVERWRITE_FILE_HELP.replace("file", "--csv file", 1))
     p.set_defaults(func=cmd_analyze_log)
 
     p = sub.add_parser("layers", help="write the conv layers of any model as a layers file (CPU, meta tensors)")
@@ -754,7 +800,8 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="input shape, e.g. 32,3,224,224 (tensors of one call separated by ';'); repeatable: one block each",
     )
-    p.add_argument("--out", required=True, help="the layers CSV to write")
+    p.add_argument("--out", required=True, help="the layers CSV to write (an existing file takes --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help=_OVERWRITE_FILE_HELP)
     p.add_argument("--network", default=None, help="network name (default: the file's stem or the callable's name)")
     p.set_defaults(func=cmd_layers)
 
@@ -795,14 +842,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    try:
-        return args.func(args)
-    except CliError as exc:
-        print(f"algosel {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:  # validation errors of the library name the field and value
-        print(f"algosel {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # Ctrl-C outside a sweep's case: nothing half-written (every write is atomic)
-        print(f"algosel {args.command}: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+    return run_command(args)

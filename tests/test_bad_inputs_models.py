@@ -1,11 +1,12 @@
 """Bad model files, manifests and cache folders: one line naming the bad value, never a crash, never a lost file.
 
-- The runtime cache proves a folder its own by its header and the folder's name (what ``algosel cache clear`` is to
-  rely on).
+- ``algosel cache clear`` removes only the folders the runtime cache can prove it wrote (its header, the folder named
+  after the header's environment) and only its own files in them; it deleted the extension sources of a checkout
+  whose ``algosel/`` the cache root pointed at.
 - A model file is verified (a manifest without ``files`` is refused) and read by a strict parser before LightGBM
   sees it: LightGBM 4.7 aborts on a resized tree block, and segfaults or hangs on a child index out of range
   (:func:`test_these_model_texts_do_take_lightgbm_down`); it loops forever on a child that points back up the tree.
-- The check of a model against records of another GPU, with ``evaluate``'s wording.
+- ``report --model`` and ``analyze-log --model`` refuse a model of another GPU as ``evaluate`` does.
 - ``doctor --models`` lists a manifest that is a list, or whose environment is a string, as unreadable.
 
 The command lines run concurrently in one module fixture (``ran``), as in test_reliability.py.
@@ -38,6 +39,8 @@ from algosel.runtime.cache import Decision, RuntimeCache, clear_folder, folder_e
 
 SHIPPED = REPO / "models" / "h200-cudnn91900"
 LEGACY = REPO / "models" / "h200-cudnn91900-legacy"
+LEGACY_LOG = Path(__file__).resolve().parent / "fixtures" / "cudnn_logs" / "legacy.log.gz"
+LEGACY_SLICE = REPO / "data" / "samples" / "h200-legacy-slice"
 RECORDED = "n32_c64_k64_h56_w56_r3_s3_p1x1_u1x1_d1x1_g1_float16_nchw_fwd"
 ENV = {"gpu_name": "NVIDIA H200", "cudnn": 91900, "torch": "2.11.0", "cudnn_frontend": "1.32.0", "model": "abc"}
 
@@ -118,11 +121,49 @@ def _run(row: Row) -> Row:
     return row
 
 
+def _cache_root(root: Path) -> Path:
+    """A cache root holding: a folder of the runtime cache (decisions, a plan, a claim, a set-aside file); one with a
+    user's notes beside its decisions; one whose header names another environment than its folder's name; a link to
+    a user's folder; and a user's folder with no header."""
+    root.mkdir(mode=0o700)
+    own = RuntimeCache(root, ENV)
+    own.put(Decision("k1", "pytorch:default", "records"))
+    own.put_plan("k1", "cudnn:eng0", (1, 2, 3), b"blob")
+    (own.folder / "claims").mkdir()
+    (own.folder / "claims" / f"{'ab' * 10}.claim").write_text("{}")
+    (own.folder / "decisions.jsonl.bad").write_text("set aside\n")
+    with_notes = RuntimeCache(root, dict(ENV, cudnn=90100))
+    with_notes.put(Decision("k1", "pytorch:default", "records"))
+    (with_notes.folder / "notes.txt").write_text("a user's notes\n")
+    forged = root / "runtime" / "0123456789abcdef"
+    forged.mkdir()
+    forged_header = {"format": "algosel-runtime-cache", "version": 1, "environment": ENV}
+    (forged / "decisions.jsonl").write_text(json.dumps(forged_header) + "\n")
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "data.csv").write_text("a,b\n")
+    (root / "runtime" / "link").symlink_to(elsewhere)
+    (root / "runtime" / "mine").mkdir()
+    (root / "runtime" / "mine" / "keep.txt").write_text("keep me\n")
+    return root
+
+
+def _checkout(root: Path) -> Path:
+    """A checkout's ``algosel/`` (the runtime package with its extension sources), as a cache root by mistake."""
+    shutil.copytree(REPO / "algosel" / "runtime" / "_ext", root / "algosel" / "runtime" / "_ext")
+    shutil.copy(REPO / "algosel" / "runtime" / "cache.py", root / "algosel" / "runtime" / "cache.py")
+    (root / "algosel" / "runtime" / "__pycache__").mkdir()
+    (root / "algosel" / "runtime" / "__pycache__" / "cache.cpython-311.pyc").write_bytes(b"\0pyc")
+    return root / "algosel"
+
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> dict[str, Path]:
-    """Damaged models, built once."""
+    """Damaged models and cache roots, built once."""
     root = tmp_path_factory.mktemp("bad-inputs")
-    paths = {"root": root}
+    paths = {"root": root, "cache": _cache_root(root / "cache"), "checkout": _checkout(root / "checkout")}
+    paths["cache-own"] = RuntimeCache(paths["cache"], ENV).folder
+    paths["cache-notes"] = RuntimeCache(paths["cache"], dict(ENV, cudnn=90100)).folder
 
     # One threshold written longer, and the hash recomputed: every later tree moves, LightGBM aborted (exit 134).
     garbled = shutil.copytree(LEGACY, root / "garbled")
@@ -149,12 +190,36 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
 
 
 def _rows(p: dict[str, Path]) -> dict[str, Row]:
+    out = p["root"] / "out"
+    cache = p["cache"]
+    kept = (p["cache-notes"] / "notes.txt", cache / "runtime" / "0123456789abcdef", cache / "runtime" / "link",
+            cache / "elsewhere", cache / "runtime" / "mine")  # fmt: skip
     return {
+        # Item 1: cache clear deleted every folder under runtime/, a checkout's extension sources included.
+        "cache-clear-a-checkout": Row(["cache", "clear"], status=0, env={"ALGOSEL_CACHE_DIR": str(p["checkout"])},
+                                      says=("_ext: left, not a runtime cache folder (no decisions.jsonl)",
+                                            "removed 0 runtime cache folder(s)"),
+                                      unchanged=(p["checkout"],)),
+        "cache-clear-mixed": Row(["cache", "clear", "--root", str(cache)], status=0,
+                                 says=("removed 1 runtime cache folder(s)", "notes.txt: left, not a file",
+                                       "0123456789abcdef: left, not a runtime cache folder (its header's environment",
+                                       "link: left, not a runtime cache folder (a link", "mine: left"),
+                                 unchanged=kept),
         # Item 3: a resized tree block with a matching hash aborted (exit 134) inside LightGBM.
         "predict-garbled-threshold": Row(["predict", "--model", str(p["garbled"]), "--key", RECORDED, "--offline"],
                                          says=(str(p["garbled"] / MODEL_FILE), "corrupt LightGBM model",
                                                "line 12: tree 0: the block is not"),
                                          unchanged=(p["garbled"],)),
+        # Item 7: report and analyze-log used a model of another GPU silently; evaluate refuses it.
+        "report-model-of-another-gpu": Row(["report", "--model", str(p["other-gpu"]), "--data", str(LEGACY_SLICE),
+                                            "--out", str(out / "report")],
+                                           says=(f"{p['other-gpu']} was trained for NVIDIA B200", "--force"),
+                                           unchanged=(p["other-gpu"], out / "report")),
+        "analyze-log-model-of-another-gpu": Row(["analyze-log", str(LEGACY_LOG), "--legacy-model",
+                                                 str(p["other-gpu"]), "--data", str(LEGACY_SLICE), "--csv",
+                                                 str(out / "log.csv")],
+                                                says=(f"{p['other-gpu']} was trained for NVIDIA B200", "--force"),
+                                                unchanged=(p["other-gpu"], out / "log.csv")),
         # Item 8: a manifest that is a list, or whose environment is a string, was a traceback.
         "doctor-bad-manifests": Row(["doctor", "--models", str(p["bad-manifests"])], status=0,
                                     says=("as-list", "manifest.json: corrupt manifest (not a JSON object)",
@@ -170,7 +235,7 @@ def ran(inputs) -> dict[str, Row]:
         return dict(zip(rows, pool.map(_run, rows.values())))
 
 
-_INPUTS = ("root", "garbled", "other-gpu", "bad-manifests")
+_INPUTS = ("root", "cache", "checkout", "cache-own", "cache-notes", "garbled", "other-gpu", "bad-manifests")
 ROW_NAMES = list(_rows({k: Path("/unused") for k in _INPUTS}))
 
 
@@ -193,6 +258,16 @@ def test_command_line_row(ran: dict[str, Row], name: str) -> None:
         for fragment in row.says:
             assert fragment in res.stdout, (fragment, res.stdout)
     assert _hashes(*row.unchanged) == row.before, "a file it must not write changed"
+
+
+def test_cache_clear_removes_its_own_folders_whole(ran, inputs) -> None:
+    """What the mixed root's clear removed: the cache's own folder whole (decisions, plans, claims, the set-aside
+    file), and in the folder with a user's notes its own decisions only."""
+    assert ran["cache-clear-mixed"].result.returncode == 0
+    assert not inputs["cache-own"].exists()
+    assert sorted(p.name for p in inputs["cache-notes"].iterdir()) == ["notes.txt"]
+    lines = ran["cache-clear-mixed"].result.stdout.splitlines()
+    assert len(lines) == 5 and lines[-1].endswith("; 4 item(s) left")  # one line per item left, then the count
 
 
 def test_folder_environment_proves_a_folder_only_by_its_header_and_name(tmp_path) -> None:

@@ -48,8 +48,12 @@ def test_train_evaluate_predict(tmp_path, capsys):
     assert "files" not in report and verify_directory(model) == []
 
     # Into the model's own directory (how a shipped model's report is made): the manifest records what it wrote.
-    assert main(["evaluate", "--model", str(model), "--data", str(SLICE), "--out", str(model), "--no-lono",
-                 "--no-progress"]) == 0  # fmt: skip
+    # Its manifest is the model's, not evaluate's: rewriting it takes --overwrite, refused before any work without.
+    into_model = ["evaluate", "--model", str(model), "--data", str(SLICE), "--out", str(model), "--no-lono",
+                  "--no-progress"]  # fmt: skip
+    assert main(into_model) == 2
+    assert "manifest.json" in capsys.readouterr().err and not (model / "report.csv").exists()
+    assert main([*into_model, "--overwrite"]) == 0
     capsys.readouterr()
     files = json.loads((model / "manifest.json").read_text())["files"]
     assert {"report.csv", "cells.csv", "top_k.csv", "top_k.png", "report.json"} <= set(files)

@@ -349,7 +349,10 @@ def test_cli_layers_writes_the_file(tmp_path: Path, model_file: Path, capsys: py
     ]
     frame = load_layers(out)
     assert list(frame["size"].unique()) == ["32x32", "64x64"] and set(frame["network"]) == {"usernet"}
-    assert main([*argv, "--out", str(out), "--network", "mine"]) == 0
+    # The file exists now: replacing it takes --overwrite (an existing file could be the user's own).
+    assert main([*argv, "--out", str(out), "--network", "mine"]) == 2
+    assert set(load_layers(out)["network"]) == {"usernet"}
+    assert main([*argv, "--out", str(out), "--network", "mine", "--overwrite"]) == 0
     assert set(load_layers(out)["network"]) == {"mine"}
 
 

@@ -34,8 +34,8 @@ FAMILIES: tuple[tuple[str, float], ...] = (
 )
 #: (family, probability) where the shipped selector loses time: each family's share of the summed log time ratio
 #: (pick over best) of the shipped model on the held-out grid problems of its records (the models/h200-cudnn91900 of
-#: 2026-12-01, trained on data/sweeps/h200 alone; 792 problems; `python benchmarks/archive/family_loss.py --model M`, CPU,
-#: 2026-12-05, with the family told from the shape by :func:`family_of`): pointwise 35.5%, conv3x3 24.6%, large
+#: 2026-12-01, trained on data/sweeps/h200 alone; 792 problems; `python benchmarks/archive/family_loss.py --model M`,
+#: CPU, 2026-12-05, with the family told from the shape by :func:`family_of`): pointwise 35.5%, conv3x3 24.6%, large
 #: kernels 16.6%, depthwise 10.2%, dilated 8.7%, odd 2.3%, fully connected 2.1% (per problem, large kernels lose
 #: 0.131, pointwise 0.110, dilated 0.086, conv3x3 0.072, depthwise 0.065, odd 0.060, fully connected 0.011).
 #: Fully connected and odd keep a floor of 0.04 so that every family still grows; the rest is shared as the loss is.

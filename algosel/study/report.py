@@ -110,14 +110,17 @@ def compare(
     data_dirs: str | Path | Sequence[str | Path],
     model_dir: str | Path | None = None,
     selectors: Iterable[str] | None = None,
+    force: bool = False,
 ) -> Comparison:
     """Load records (and a model) and compute everything the report shows.
 
     Raises :class:`~algosel.records.RecordsError` for a missing or unreadable data directory,
-    :class:`~algosel.learn.selector.SelectorError` for a missing or corrupt model directory and :class:`ReportError`
-    for bad ``selectors``.
+    :class:`~algosel.learn.selector.SelectorError` for a missing or corrupt model directory, or one made for another
+    GPU or cuDNN than the records' unless ``force`` (as ``algosel evaluate``), and :class:`ReportError` for bad
+    ``selectors``.
     """
     from algosel.learn.evaluate import Prepared, add_gemm_else_a, held_out_table
+    from algosel.learn.models import check_records_environment
     from algosel.learn.ranker import fingerprint
     from algosel.learn.selector import Selector
     from algosel.records.analysis import per_problem
@@ -131,7 +134,11 @@ def compare(
     frame, envs = load_records(*data)
     notes = []
     # One GPU x cuDNN at a time: a problem's candidates are only comparable when measured on the same one.
-    kept, _ = main_environment(frame, envs)
+    kept, records_env = main_environment(frame, envs)
+    if sel is not None:  # the model's picks priced on another GPU's records would mean nothing
+        other = check_records_environment(sel, model_dir, records_env, force)
+        if other:
+            notes.append(f"scored on records of another environment (--force): {', '.join(other)}")
     if len(kept) < len(frame):
         notes.append(f"{len(frame) - len(kept):,} records of other environments left out")
     frame = kept
@@ -472,34 +479,48 @@ def _page(cmp: Comparison, data: list[str], model_dir: str | None, worst: int, f
     return "\n".join(parts)
 
 
+#: Every file ``algosel report`` writes into its folder.
+REPORT_FILES: tuple[str, ...] = ("index.html", CDF_PNG, WHOLE_NETWORKS_PNG, HELD_OUT_NETWORKS_PNG, LEGACY_PNG)
+
+
 def build_report(
     data_dir: str | Path | Sequence[str | Path],
     model_dir: str | Path | None,
     out_dir: str | Path,
     selectors: Iterable[str] | None = None,
     worst: int = DEFAULT_WORST,
+    overwrite: bool = False,
+    force: bool = False,
 ) -> Path:
     """Write ``out_dir/index.html`` and its PNG figures; return the path of ``index.html``.
 
     ``data_dir``: a records directory (or several); ``model_dir``: a model directory, or None to compare the
     baselines alone on every problem; ``selectors``: names of :data:`KNOWN_SELECTORS` (default
-    :data:`DEFAULT_SELECTORS`); ``worst``: problems listed per selector. Errors are ValueErrors with one-line
-    messages naming the bad value (see :func:`compare`).
+    :data:`DEFAULT_SELECTORS`); ``worst``: problems listed per selector; ``force``: use a model made for another GPU
+    or cuDNN than the records'. Errors are ValueErrors with one-line messages naming the bad value (see
+    :func:`compare`).
+
+    The files (:data:`REPORT_FILES`) are written together once all are made (:func:`algosel.files.write_output_dir`):
+    a run that fails or is interrupted leaves ``out_dir`` as it was, and no figure of an earlier run stays beside
+    the new page. A file of those names that ``algosel report`` did not write there is refused before any work
+    (:class:`~algosel.files.OutputError`) unless ``overwrite``; other files of the folder are left alone.
     """
-    from algosel.files import atomic_path, write_text
+    import io
+
+    from algosel.files import check_output_dir, write_output_dir
 
     if isinstance(worst, bool) or not isinstance(worst, int) or worst < 1:
         raise ReportError(f"worst must be a positive integer, got {worst!r}")
     check_selectors(selectors, with_model=model_dir is not None)  # before any loading
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():  # before the seconds of loading, not after
-        raise ReportError(f"--out {out}: exists and is not a directory")
-    cmp = compare(data_dir, model_dir, selectors)
-    out.mkdir(parents=True, exist_ok=True)
+    check_output_dir(out, "report", REPORT_FILES, overwrite=overwrite)  # before the seconds of loading, not after
+    cmp = compare(data_dir, model_dir, selectors, force=force)
+    files: dict[str, bytes] = {}
 
     def save(fig: Figure, name: str) -> None:
-        with atomic_path(out / name) as tmp:
-            fig.savefig(tmp, dpi=110, format="png")
+        png = io.BytesIO()
+        fig.savefig(png, dpi=110, format="png")
+        files[name] = png.getvalue()
 
     scope = "held-out problems" if cmp.held_out else "problems (all of the records)"
     figures = {"cdf": CDF_PNG, "whole": WHOLE_NETWORKS_PNG}
@@ -516,7 +537,9 @@ def build_report(
         save(legacy_figure(cmp.table, "problems measured with both APIs"), LEGACY_PNG)
     data = [str(data_dir)] if isinstance(data_dir, (str, Path)) else [str(d) for d in data_dir]
     page = _page(cmp, data, None if model_dir is None else str(model_dir), worst, figures)
-    return write_text(out / "index.html", page)
+    files["index.html"] = page.encode("utf-8")
+    write_output_dir(out, files, "report", REPORT_FILES, overwrite=overwrite)
+    return out / "index.html"
 
 
 # ---------------------------------------------------------------------------------------------- command line
@@ -539,8 +562,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p = subparsers.add_parser("report", help="write an HTML report with plots comparing the selectors")
     p.add_argument("--data", nargs="+", required=True, help="records: dataset directories or part files")
     p.add_argument("--model", default=None, help="model directory (default: none; the model is left out)")
-    p.add_argument("--out", required=True, help="directory that receives index.html and its PNG figures")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="directory that receives index.html and its PNG figures, written as one unit once all are made; an "
+        "earlier report's files there are replaced, other files left alone",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace files of the report's names (index.html, *.png) that algosel report did not write into --out "
+        "(a user's, or one changed since; the folder's .algosel-outputs.json records what it wrote): without it, "
+        "they are refused before any work",
+    )
     p.add_argument("--worst", type=_positive, default=DEFAULT_WORST, help="worst problems listed per selector")
+    p.add_argument("--force", action="store_true", help="score a model made for another GPU or cuDNN than the records")
     p.add_argument(
         "--selectors",
         type=_selector_list,
@@ -554,6 +590,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def cmd_report(args: argparse.Namespace) -> int:
     """``algosel report``: build the report and print where it is."""
     t0 = time.perf_counter()
-    index = build_report(args.data, args.model, args.out, selectors=args.selectors, worst=args.worst)
+    index = build_report(
+        args.data,
+        args.model,
+        args.out,
+        selectors=args.selectors,
+        worst=args.worst,
+        overwrite=args.overwrite,
+        force=args.force,
+    )
     print(f"wrote {index} ({time.perf_counter() - t0:.1f} s)")
     return 0

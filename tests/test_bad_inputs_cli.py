@@ -1,0 +1,529 @@
+"""Bad inputs, second pass: never lose a user's file, never a traceback where one line will do.
+
+As ``tests/test_reliability.py`` (whose :class:`Row`, runner and hashes this module reuses), every command line
+runs as a user runs it, ``python -m algosel ...`` in a subprocess, all of them at once in one module fixture: the
+exit status, no death by a signal, no traceback, one error line naming the bad value, and the files it must not
+touch hashed before and after. Cases:
+
+- outputs a command did not write are refused unless ``--overwrite`` (evaluate into a model directory, report over
+  a user's page, layers and analyze-log over an existing file), and with it a model directory is replaced as one
+  unit (its manifest consistent, no earlier run's file left);
+- ``evaluate`` on records without suite shapes (``h200-loss``, ``h200-mynet``) skips leave-one-network-out;
+- records that are no valid convolution (``c=-5``, ``groups=0``, ``dtype='float64'``, ``direction='sideways'``,
+  a ``problem_key`` that is not its columns') and malformed Parquet metadata are refused on load;
+- outputs that cannot be written (/proc, /sys, a directory for a file, a file for a directory) are one line before
+  any work; a closed stdout (``| head``) ends the command quietly with status 141;
+- Ctrl-C during ``report`` into an existing folder leaves it all old or all new; ``sweep --dry-run`` counts a
+  journal's finished cases; one extrapolation warning per kind; ``examples/mynet_step.py``'s percentiles;
+- messages that name the real trouble: a directory given as a file, ``--seed -5``, ``--name ../x``,
+  ``predict(live=True)`` without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO, SLICE
+from test_reliability import RECORDED, Row, _hashes, _run
+
+from algosel.files import (
+    OUTPUTS_RECORD,
+    OutputError,
+    check_output_dir,
+    check_output_file,
+    deferred_signals,
+    write_output_dir,
+)
+from algosel.learn.artifact import MANIFEST_FILE, verify_directory
+from algosel.problem import ConvProblem
+from algosel.records import RecordsError, read_part, write_part
+
+SHIPPED = REPO / "models" / "h200-cudnn91900"
+LOG = Path(__file__).resolve().parent / "fixtures" / "cudnn_logs" / "pytorch.log.gz"
+#: The first grid shape of ``algosel sweep --suites none --grid 3 --dtypes float32`` (the journal's finished case).
+GRID_ARGS = ["--suites", "none", "--grid", "3", "--dtypes", "float32"]
+
+
+def _bad_part(root: Path, name: str, frame, envs, column: str, value) -> Path:
+    """The first rows of the slice with one value of ``column`` replaced (in every row of the first problem)."""
+    bad = frame.head(40).copy()
+    bad.loc[bad["problem_key"] == bad["problem_key"].iloc[0], column] = value
+    return write_part(root / name / "part-bad.parquet", bad.to_dict("records"), envs.values())
+
+
+def _with_environments(part: Path, path: Path, raw: bytes) -> Path:
+    """A copy of the records part with ``raw`` as the environments of its Parquet metadata."""
+    table = pq.read_table(part)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"algosel.environments": raw}), path)
+    return path
+
+
+def _report_files(directory: Path, marker: bytes) -> dict[str, bytes]:
+    """Files of ``algosel report``'s names, as an earlier report left them (recorded as written by it)."""
+    from algosel.study.report import REPORT_FILES
+
+    files = {name: marker + name.encode() for name in REPORT_FILES[:3]}
+    write_output_dir(directory, files, "report", REPORT_FILES)
+    return files
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory, slice_records) -> dict[str, Path]:
+    """Inputs built once: damaged records, users' files in the way, model directories to write into."""
+    from algosel.measure.suites import load_suites
+
+    root = tmp_path_factory.mktemp("bad-inputs")
+    frame, envs = slice_records
+    p: dict[str, Path] = {"root": root}
+    p["c-negative"] = _bad_part(root, "c", frame, envs, "c", -5)
+    p["groups-0"] = _bad_part(root, "groups", frame, envs, "groups", 0)
+    p["dtype-float64"] = _bad_part(root, "dtype", frame, envs, "dtype", "float64")
+    # An environments list of ints in the Parquet metadata (the schema version kept, so that it is read that far).
+    p["envs-ints"] = _with_environments(p["c-negative"], root / "envs" / "part-envs.parquet", b"[1, 2]")
+
+    # Records without a shape of the network suites, as data/sweeps/h200-loss and h200-mynet.
+    suites = load_suites()
+    suite_shapes = {
+        ConvProblem(**{f: int(r[f]) for f in ("n", "c", "k", "h", "w", "r", "s", "pad_h", "pad_w", "stride_h",
+                                              "stride_w", "dilation_h", "dilation_w", "groups")}).shape_key
+        for r in suites.to_dict("records")
+    }  # fmt: skip
+    shape = frame["problem_key"].map(lambda k: ConvProblem.from_key(k).shape_key)
+    no_suite = frame[(frame["source"] == "grid") & ~shape.isin(suite_shapes)]
+    p["no-suites"] = write_part(root / "no-suites" / "part-grid.parquet", no_suite.to_dict("records"), envs.values())
+
+    import shutil
+
+    for name in ("model-refused", "model-overwritten"):
+        p[name] = root / name
+        shutil.copytree(SHIPPED, p[name])
+    p["user-report"] = root / "user-report"
+    p["user-report"].mkdir()
+    (p["user-report"] / "index.html").write_text("<p>my own page</p>\n")
+    (p["user-report"] / "notes.txt").write_text("mine\n")
+    p["user-file"] = root / "mine.csv"
+    p["user-file"].write_text("my,own\n1,2\n")
+    p["a-dir"] = root / "a-dir"
+    p["a-dir"].mkdir()
+    p["a-file"] = root / "a-file"
+    p["a-file"].write_text("not a folder\n")
+    p["models"] = root / "models"
+    p["models"].mkdir()
+    p["empty"] = root / "empty-dataset"
+    p["empty"].mkdir()
+
+    # A killed sweep's journal in --out, with the first grid case finished.
+    from algosel.measure.grid import GridSpec, sample_grid
+
+    first = sample_grid(GridSpec(count=3))[0].replace(dtype="float32").case_key
+    p["journal-out"] = root / "sweep-out"
+    p["journal-out"].mkdir()
+    line = {"case_key": first, "environment": {"env_id": "e"}, "rows": [{"case_key": first, "env_id": "e"}]}
+    (p["journal-out"] / "journal-0of1.jsonl").write_text(json.dumps(line) + "\n")
+
+    p["report-interrupted"] = root / "report-interrupted"
+    _report_files(p["report-interrupted"], b"old ")
+    return p
+
+
+def _rows(p: dict[str, Path]) -> dict[str, Row]:
+    out = p["root"] / "out"
+    missing = str(p["root"] / "no-such-records")  # refused outputs come first: the records are never looked at
+    return {
+        # 4. Overwrites without asking.
+        "evaluate-into-a-model-directory": Row(["evaluate", "--model", str(p["model-refused"]), "--data", missing,
+                                                "--out", str(p["model-refused"]), "--no-lono"],
+                                               says=("--out", "not written there by algosel evaluate", "--overwrite"),
+                                               unchanged=(p["model-refused"],)),
+        # 4 and 5: with --overwrite, on records without suite shapes (leave-one-network-out died of a KeyError).
+        "evaluate-overwrite-model-without-suites": Row(["evaluate", "--model", str(p["model-overwritten"]), "--data",
+                                                        str(p["no-suites"]), "--out", str(p["model-overwritten"]),
+                                                        "--overwrite", "--no-progress"], status=0,
+                                                       says=("Leave one network out: skipped", "manifest.json")),
+        "report-over-a-users-page": Row(["report", "--data", missing, "--out", str(p["user-report"])],
+                                        says=(str(p["user-report"] / "index.html"), "--overwrite"),
+                                        unchanged=(p["user-report"],)),
+        "layers-over-an-existing-file": Row(["layers", "--model", "x.py:f", "--input", "1,3,8,8", "--out",
+                                             str(p["user-file"])], says=(str(p["user-file"]), "exists", "--overwrite"),
+                                            unchanged=(p["user-file"],)),
+        "analyze-log-csv-over-an-existing-file": Row(["analyze-log", missing, "--csv", str(p["user-file"])],
+                                                     says=("--csv", str(p["user-file"]), "--overwrite"),
+                                                     unchanged=(p["user-file"],)),
+        # 6. Records that are no convolution.
+        "summarize-c-negative": Row(["summarize", str(p["c-negative"])],
+                                    says=(str(p["c-negative"]), "column c:", "with -5"), unchanged=(p["c-negative"],)),
+        "train-groups-0": Row(["train", str(p["groups-0"]), "--models", str(out / "m"), "--quick"],
+                              says=(str(p["groups-0"]), "column groups:", "with 0"), unchanged=(out / "m",)),
+        "report-dtype-float64": Row(["report", "--data", str(p["dtype-float64"]), "--out", str(out / "r")],
+                                    says=(str(p["dtype-float64"]), "column dtype:", "'float64'"),
+                                    unchanged=(out / "r",)),
+        # 8. Outputs that cannot be written, malformed metadata.
+        "train-models-under-proc": Row(["train", missing, "--models", "/proc/algosel-models", "--quick"],
+                                       says=("--models /proc/algosel-models", "cannot create files in /proc")),
+        "evaluate-out-under-proc": Row(["evaluate", "--model", str(SHIPPED), "--data", missing, "--out",
+                                        "/proc/algosel-eval"], says=("--out /proc/algosel-eval", "/proc")),
+        "report-out-under-proc": Row(["report", "--data", missing, "--out", "/proc/algosel-report"],
+                                     says=("--out /proc/algosel-report", "/proc")),
+        "layers-out-read-only-sys": Row(["layers", "--model", "x.py:f", "--input", "1,3,8,8", "--out",
+                                         "/sys/algosel-layers.csv"], says=("--out /sys/algosel-layers.csv", "/sys")),
+        "layers-out-is-a-directory": Row(["layers", "--model", "x.py:f", "--input", "1,3,8,8", "--out",
+                                          str(p["a-dir"])], says=(str(p["a-dir"]), "is a directory"),
+                                         unchanged=(p["a-dir"],)),
+        "analyze-log-csv-under-a-file": Row(["analyze-log", missing, "--csv", str(p["a-file"] / "x.csv")],
+                                            says=("--csv", str(p["a-file"]), "is not a directory"),
+                                            unchanged=(p["a-file"],)),
+        "summarize-environments-list-of-ints": Row(["summarize", str(p["envs-ints"])],
+                                                   says=(str(p["envs-ints"]), "environment", "'1'")),
+        # 9. A dry run counts the cases a killed sweep's journal holds (the sweep compacts them, measures the rest).
+        "sweep-dry-run-counts-a-journal": Row(["sweep", "--out", str(p["journal-out"]), *GRID_ARGS, "--dry-run",
+                                               "--resume-from", str(p["empty"])], status=0,
+                                              says=("3 cases", "1 already recorded, 2 to measure"),
+                                              unchanged=(p["journal-out"],)),
+        # 10. Messages that name the real trouble.
+        "sweep-layers-is-a-directory": Row(["sweep", "--out", str(out / "s"), "--layers", str(p["a-dir"]),
+                                            "--dry-run"], says=(str(p["a-dir"]), "is a directory")),
+        "analyze-log-of-a-directory": Row(["analyze-log", str(p["a-dir"])], says=(str(p["a-dir"]), "is a directory")),
+        "train-models-is-a-file": Row(["train", missing, "--models", str(p["a-file"]), "--quick"],
+                                      says=("--models", str(p["a-file"]), "not a directory"),
+                                      unchanged=(p["a-file"],)),
+        "train-name-outside-models": Row(["train", missing, "--models", str(p["models"]), "--name", "../x",
+                                          "--quick"], says=("--name '../x'", "not a path"),
+                                         unchanged=(p["models"], p["root"] / "x")),
+        "grid-seed-negative": Row(["grid", "--seed", "-5"], says=("--seed", "'-5'")),
+    }  # fmt: skip
+
+
+#: Rows run through ``algosel.cli.main`` in this process instead of a subprocess: their commands import torch,
+#: pandas and LightGBM (2-3 s of CPU a process, ~20 s for these), which this process has already imported. What is
+#: checked is the same (status, one stderr line, no exception escaping, files unchanged); a signal cannot end them.
+IN_PROCESS = ("evaluate-overwrite-model-without-suites", "summarize-c-negative", "train-groups-0",
+              "report-dtype-float64", "summarize-environments-list-of-ints", "sweep-dry-run-counts-a-journal",
+              "sweep-layers-is-a-directory", "analyze-log-of-a-directory")  # fmt: skip
+ROW_NAMES = list(_rows(defaultdict(lambda: Path("/unused"))))
+
+
+def _run_in_process(row: Row) -> Row:
+    """:func:`_run` through ``algosel.cli.main`` (from the main thread: the command line sets signal handlers)."""
+    from algosel.cli import main
+
+    row.before = _hashes(*row.unchanged)
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(row.argv)
+    row.seconds = time.perf_counter() - t0
+    row.result = subprocess.CompletedProcess(row.argv, status, out.getvalue(), err.getvalue())
+    return row
+
+
+@pytest.fixture(scope="module")
+def ran(paths) -> dict[str, Row]:
+    """Every row: the subprocesses in a thread pool, the in-process ones meanwhile in this thread."""
+    rows = _rows(paths)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {name: pool.submit(_run, row) for name, row in rows.items() if name not in IN_PROCESS}
+        done = {name: _run_in_process(rows[name]) for name in IN_PROCESS}
+        return {name: done.get(name) or futures[name].result() for name in rows}
+
+
+@pytest.mark.parametrize("name", ROW_NAMES)
+def test_command_line_row(ran: dict[str, Row], name: str) -> None:
+    row = ran[name]
+    res = row.result
+    assert res is not None
+    assert res.returncode >= 0, f"killed by signal {-res.returncode}: {res.stderr[-2000:]}"
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == row.status, (res.returncode, res.stdout[-2000:], res.stderr[-2000:])
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    if row.status == 2:
+        assert len(lines) == 1, res.stderr
+        assert lines[0].startswith(f"algosel {row.argv[0]}: error: "), lines[0]
+        for fragment in row.says:
+            assert fragment in lines[0], (fragment, lines[0])
+    else:
+        assert not lines, res.stderr
+        for fragment in row.says:
+            assert fragment in res.stdout, (fragment, res.stdout)
+    assert _hashes(*row.unchanged) == row.before, "a file it must not write changed"
+
+
+def test_a_model_directory_overwritten_is_one_consistent_unit(ran: dict[str, Row], paths) -> None:
+    """``evaluate --out MODEL --overwrite`` replaced the model's report and manifest together: the earlier run's
+    network_totals.csv (leave-one-network-out was skipped this time) is gone from the folder and the manifest, and
+    every file is as the manifest records it; no outputs record is left in a model directory."""
+    assert ran["evaluate-overwrite-model-without-suites"].result.returncode == 0
+    model = paths["model-overwritten"]
+    names = sorted(p.name for p in model.iterdir())
+    assert "network_totals.csv" in {p.name for p in SHIPPED.iterdir()} and "network_totals.csv" not in names
+    assert {"report.csv", "cells.csv", "top_k.csv", "top_k.png", "report.json"} <= set(names)
+    files = json.loads((model / MANIFEST_FILE).read_text())["files"]
+    assert sorted(files) == [n for n in names if n != MANIFEST_FILE] and verify_directory(model) == []
+    assert json.loads((model / "report.json").read_text())["lono"] is None
+    assert (model / "model.txt").read_bytes() == (SHIPPED / "model.txt").read_bytes()
+
+
+def test_a_user_file_beside_the_outputs_is_left_alone(ran: dict[str, Row], paths) -> None:
+    assert (paths["user-report"] / "notes.txt").read_text() == "mine\n"
+    assert not (paths["user-report"] / OUTPUTS_RECORD).exists()
+
+
+# ------------------------------------------------------------------------------------------------ pipes
+def test_a_closed_stdout_ends_the_command_quietly() -> None:
+    """``algosel grid --count 100000000 | head -1``: the first line comes at once (every shape used to be drawn
+    before the first was printed: minutes), and when the reader leaves the command stops with status 141
+    (128 + SIGPIPE, as ``seq`` under ``set -o pipefail``), no traceback, nothing on stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "algosel", "grid", "--count", "100000000"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    t0 = time.perf_counter()
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    try:
+        status = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    stderr = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert first.startswith(b"n") and time.perf_counter() - t0 < 30, (first, stderr)
+    assert status == 128 + signal.SIGPIPE, (status, stderr)
+    assert stderr == ""
+
+
+class _ClosedPipe(io.StringIO):
+    """stdout whose reader has left: every write raises, as a pipe's does once ``head`` has exited."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.mark.parametrize(
+    "argv", [["summarize", str(SLICE)], ["predict", "--key", RECORDED, "--json", "--offline"]], ids=lambda a: a[0]
+)
+def test_a_closed_stdout_ends_any_command_quietly(argv) -> None:
+    """summarize and predict --json (a short output: in a real pipe it would fit the buffer and end before the
+    reader left), through the command line's boundary in this process: status 141, nothing on stderr."""
+    from algosel.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stdout(_ClosedPipe()), contextlib.redirect_stderr(err):
+        status = main(argv)
+    assert status == 128 + signal.SIGPIPE and err.getvalue() == ""
+
+
+# ----------------------------------------------------------------------------------------------- Ctrl-C
+def test_ctrl_c_during_report_leaves_the_folder_all_old_or_all_new(paths) -> None:
+    """SIGINT while ``algosel report`` computes into a folder an earlier report wrote: status 130, one line, and
+    the folder exactly as it was (the files are renamed into place only once all are made, the renames with the
+    signals held back). A run that finished first must have left it all new."""
+    folder = paths["report-interrupted"]
+    before = _hashes(folder)
+    # Ctrl-C's own handler in the child, whatever this process lets it inherit (a pytest-xdist worker, or a shell's
+    # background job, may ignore SIGINT, and Python then leaves it ignored).
+    start = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             "sys.argv[0] = 'algosel'; runpy.run_module('algosel', run_name='__main__')")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", start, "report", "--data", str(SLICE), "--out", str(folder)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 130), (proc.returncode, err)
+    assert "Traceback" not in err
+    after = _hashes(folder)
+    if proc.returncode == 130:
+        assert err.strip() == "algosel report: interrupted" and after == before
+    else:
+        assert (folder / "index.html").read_bytes() != b"old index.html"
+        assert all(after[k] != v for k, v in before.items() if not k.endswith(OUTPUTS_RECORD) and k in after)
+
+
+def test_the_renames_of_a_unit_are_never_split_by_a_signal(tmp_path, monkeypatch) -> None:
+    """SIGINT arriving between two renames is delivered after the last: every file new, then KeyboardInterrupt."""
+    names = ("a.csv", "b.csv", "c.csv")
+    write_output_dir(tmp_path, {n: b"old" for n in names}, "test", names)
+    real_replace, sent = os.replace, []
+
+    def replace_and_interrupt(src, dst):
+        real_replace(src, dst)
+        if not sent:
+            sent.append(dst)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(os, "replace", replace_and_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        write_output_dir(tmp_path, {n: b"new" for n in names}, "test", names)
+    assert sent and all((tmp_path / n).read_bytes() == b"new" for n in names)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_an_interrupt_before_the_renames_leaves_the_folder_as_it_was(tmp_path, monkeypatch) -> None:
+    names = ("a.csv", "b.csv")
+    write_output_dir(tmp_path, {n: b"old" for n in names}, "test", names)
+    before = _hashes(tmp_path)
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        write_output_dir(tmp_path, {n: b"new" for n in names}, "test", names)
+    assert _hashes(tmp_path) == before and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_deferred_signals_restores_the_handlers() -> None:
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with deferred_signals():
+        assert signal.getsignal(signal.SIGINT) is not before[0]
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+# ------------------------------------------------------------------------------------- the ownership rule
+def test_a_folder_of_outputs_is_replaced_whole_and_only_where_the_command_wrote_it(tmp_path) -> None:
+    names = ("report.csv", "totals.csv", "figure.png")
+    folder = tmp_path / "out"
+    write_output_dir(folder, {"report.csv": b"1", "totals.csv": b"1"}, "cmd", names)
+    (folder / "notes.txt").write_text("mine")
+    # A second run of the same command: replaced without asking, and the file it no longer makes removed.
+    write_output_dir(folder, {"report.csv": b"2", "figure.png": b"2"}, "cmd", names)
+    assert sorted(p.name for p in folder.iterdir()) == [OUTPUTS_RECORD, "figure.png", "notes.txt", "report.csv"]
+    # Another command's files of the same names, or one the user changed, are not this command's to replace.
+    with pytest.raises(OutputError, match="figure.png .*not written there by algosel other"):
+        check_output_dir(folder, "other", names)
+    (folder / "report.csv").write_bytes(b"edited by hand")
+    with pytest.raises(OutputError, match=r"report\.csv exists and was not written there by algosel cmd, or changed"):
+        write_output_dir(folder, {"report.csv": b"3"}, "cmd", names)
+    assert (folder / "report.csv").read_bytes() == b"edited by hand"
+    write_output_dir(folder, {"report.csv": b"3"}, "cmd", names, overwrite=True)
+    assert (folder / "report.csv").read_bytes() == b"3" and not (folder / "figure.png").exists()
+    assert (folder / "notes.txt").read_text() == "mine"
+
+
+def test_a_single_output_file_is_refused_where_replacing_it_would_lose_something(tmp_path) -> None:
+    existing = tmp_path / "x.csv"
+    existing.write_text("mine")
+    with pytest.raises(OutputError, match="exists; pass --overwrite"):
+        check_output_file(existing)
+    assert check_output_file(existing, overwrite=True) == existing
+    with pytest.raises(OutputError, match="not a plain file"):  # renaming over it would replace the device
+        check_output_file("/dev/null", overwrite=True)
+
+
+# ----------------------------------------------------------------------------------------- the boundary
+def test_the_boundary_turns_os_errors_into_one_line_naming_the_path(capsys) -> None:
+    """Whatever command meets an OSError (a full disk, a file gone) ends on one line naming the path; a message
+    of several lines is joined into one."""
+    from algosel.cli_boundary import run_command
+
+    def disk_full(_args):
+        raise OSError(28, "No space left on device", "/data/out/report.csv")
+
+    def several_lines(_args):
+        raise ValueError("first\nsecond")
+
+    for func, line in ((disk_full, "algosel x: error: /data/out/report.csv: No space left on device"),
+                       (several_lines, "algosel x: error: first second")):  # fmt: skip
+        args = type("Args", (), {"func": staticmethod(func), "command": "x"})()
+        assert run_command(args) == 2
+        assert capsys.readouterr().err == line + "\n"
+
+
+# --------------------------------------------------------------------------------------------- records
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        ("c", -5, "column c: below 1"),
+        ("groups", 0, "column groups: below 1"),
+        ("pad_w", -1, "column pad_w: below 0"),
+        ("dtype", "float64", "column dtype: unknown value"),
+        ("direction", "sideways", "column direction: unknown value"),
+        ("layout", "nwhc", "column layout: unknown value"),
+        ("k", 7, "column k: not divisible by groups"),
+        ("r", 9999, "column r: the (dilated) kernel is larger than the padded input"),
+        ("problem_key", "n1_c1_k1_h1_w1_r1_s1_p0x0_u1x1_d1x1_g1_float32_nchw_fwd", "column problem_key: not the key"),
+    ],
+)
+def test_records_that_are_no_convolution_are_refused_naming_file_column_and_value(
+    slice_records, tmp_path, column, value, message
+) -> None:
+    frame, envs = slice_records
+    bad = frame.head(20).copy()
+    if column == "k":
+        bad["groups"], bad["c"] = 2, bad["c"] * 2  # a valid grouped problem, but for k
+    bad.loc[bad.index[3], column] = value
+    path = write_part(tmp_path / "part-x.parquet", bad.to_dict("records"), envs.values())
+    with pytest.raises(
+        RecordsError, match=rf"^{re.escape(str(path))}: {re.escape(message)}.*with {re.escape(repr(value))}"
+    ):
+        read_part(path)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"[1, 2]", "an environment in the file metadata is '1'"),
+        (b'{"env_id": "x"}', "a dict, not a list"),
+        (b"{not json", "not JSON"),
+    ],  # fmt: skip
+)
+def test_malformed_environments_metadata_is_refused_naming_the_file(paths, tmp_path, raw, message) -> None:
+    path = _with_environments(paths["c-negative"], tmp_path / "part-m.parquet", raw)
+    with pytest.raises(RecordsError, match=f"^{path}: .*{message}"):
+        read_part(path)
+
+
+# ------------------------------------------------------------------------------------ library messages
+def test_one_extrapolation_warning_per_kind() -> None:
+    """A dtype the records lack and a batch size beyond them are two kinds: both warned about, once each (the
+    first used to silence every later one; tests/test_reliability.py has the size fields)."""
+    import algosel
+    import algosel.learn.selector as selector_module
+    from algosel.learn.selector import ExtrapolationWarning
+
+    saved = selector_module._extrapolation_warned
+    selector_module._extrapolation_warned = frozenset()
+    try:
+        p = ConvProblem.from_key(RECORDED)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            for fields in ({"dtype": "float32_strict"}, {"n": 10**6}, {"dtype": "float32_strict", "k": 128}):
+                assert algosel.predict(p, **fields, live=False)[0].extrapolated
+    finally:
+        selector_module._extrapolation_warned = saved
+    caught = [str(w.message) for w in seen if issubclass(w.category, ExtrapolationWarning)]
+    assert len(caught) == 2 and "dtype 'float32_strict'" in caught[0] and "n=1000000" in caught[1], caught
+
+
+def test_predict_live_without_a_gpu_says_so() -> None:
+    import torch
+
+    import algosel
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the live list can be enumerated")
+    with pytest.raises(ValueError, match=r"predict\(live=True\): .*cannot be enumerated here \(no CUDA device\)"):
+        algosel.predict(ConvProblem.from_key(RECORDED), live=True)
+
+
+def test_mynet_step_percentiles_stay_within_the_measured_times() -> None:
+    sys.path.insert(0, str(REPO / "examples"))
+    try:
+        import mynet_step
+    finally:
+        sys.path.remove(str(REPO / "examples"))
+    two = mynet_step.step_summary([1.0, 10.0])  # the default ("exclusive") method gave p25 = -1.25
+    assert 1.0 <= two["step_ms_p25"] <= two["step_ms_median"] <= two["step_ms_p75"] <= 10.0
+    assert mynet_step.step_summary([4.0]) == {"step_ms_median": 4.0, "step_ms_p25": 4.0, "step_ms_p75": 4.0}
+    with pytest.raises(SystemExit):
+        mynet_step.main(["--steps", "0", "--device", "cpu"])
