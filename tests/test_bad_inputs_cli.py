@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from cli_rows import check_command_row
 from conftest import REPO, SLICE
 from test_reliability import RECORDED, Row, _hashes, _run
 
@@ -243,23 +244,7 @@ def ran(paths) -> dict[str, Row]:
 
 @pytest.mark.parametrize("name", ROW_NAMES)
 def test_command_line_row(ran: dict[str, Row], name: str) -> None:
-    row = ran[name]
-    res = row.result
-    assert res is not None
-    assert res.returncode >= 0, f"killed by signal {-res.returncode}: {res.stderr[-2000:]}"
-    assert "Traceback" not in res.stderr, res.stderr
-    assert res.returncode == row.status, (res.returncode, res.stdout[-2000:], res.stderr[-2000:])
-    lines = [line for line in res.stderr.splitlines() if line.strip()]
-    if row.status == 2:
-        assert len(lines) == 1, res.stderr
-        assert lines[0].startswith(f"algosel {row.argv[0]}: error: "), lines[0]
-        for fragment in row.says:
-            assert fragment in lines[0], (fragment, lines[0])
-    else:
-        assert not lines, res.stderr
-        for fragment in row.says:
-            assert fragment in res.stdout, (fragment, res.stdout)
-    assert _hashes(*row.unchanged) == row.before, "a file it must not write changed"
+    check_command_row(ran[name], _hashes)
 
 
 def test_a_model_directory_overwritten_is_one_consistent_unit(ran: dict[str, Row], paths) -> None:

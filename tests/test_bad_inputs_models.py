@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_rows import check_command_row
 from conftest import REPO
 
 from algosel.learn.artifact import MANIFEST_FILE, MODEL_FILE, SelectorError, read_manifest
@@ -241,23 +242,7 @@ ROW_NAMES = list(_rows({k: Path("/unused") for k in _INPUTS}))
 
 @pytest.mark.parametrize("name", ROW_NAMES)
 def test_command_line_row(ran: dict[str, Row], name: str) -> None:
-    row = ran[name]
-    res = row.result
-    assert res is not None
-    assert res.returncode >= 0, f"killed by signal {-res.returncode}: {res.stderr[-2000:]}"
-    assert "Traceback" not in res.stderr, res.stderr
-    assert res.returncode == row.status, (res.returncode, res.stdout[-2000:], res.stderr[-2000:])
-    lines = [line for line in res.stderr.splitlines() if line.strip()]
-    if row.status == 2:
-        assert len(lines) == 1, res.stderr
-        assert lines[0].startswith(f"algosel {row.argv[0]}: error: "), lines[0]
-        for fragment in row.says:
-            assert fragment in lines[0], (fragment, lines[0])
-    else:
-        assert not lines, res.stderr
-        for fragment in row.says:
-            assert fragment in res.stdout, (fragment, res.stdout)
-    assert _hashes(*row.unchanged) == row.before, "a file it must not write changed"
+    check_command_row(ran[name], _hashes)
 
 
 def test_cache_clear_removes_its_own_folders_whole(ran, inputs) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_rows import check_command_row
 from conftest import REPO, SLICE
 
 import algosel
@@ -228,28 +229,7 @@ ROW_NAMES = list(_rows({k: Path("/unused") for k in (
 
 @pytest.mark.parametrize("name", ROW_NAMES)
 def test_command_line_row(ran: dict[str, Row], name: str) -> None:
-    row = ran[name]
-    res = row.result
-    assert res is not None
-    assert res.returncode >= 0, f"killed by signal {-res.returncode}: {res.stderr[-2000:]}"
-    assert "Traceback" not in res.stderr, res.stderr
-    assert res.returncode == row.status, (res.returncode, res.stdout[-2000:], res.stderr[-2000:])
-    lines = [line for line in res.stderr.splitlines() if line.strip()]
-    command = row.argv[0]
-    if row.status == 2:
-        assert len(lines) == 1, res.stderr
-        assert lines[0].startswith(f"algosel {command}: error: "), lines[0]
-        for fragment in row.says:
-            assert fragment in lines[0], (fragment, lines[0])
-    else:
-        for fragment in row.says:
-            assert fragment in res.stdout, (fragment, res.stdout)
-        if row.warns:
-            assert len(lines) == 1 and lines[0].startswith(f"algosel {command}: warning: "), res.stderr
-            assert row.warns in lines[0]
-        else:
-            assert not lines, res.stderr
-    assert _hashes(*row.unchanged) == row.before, "a file it must not write changed"
+    check_command_row(ran[name], _hashes)
 
 
 def test_errors_come_before_any_long_work(ran: dict[str, Row]) -> None:
