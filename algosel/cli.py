@@ -105,6 +105,8 @@ def _cases_from_args(args):
     from algosel.measure.cases import build_cases  # noqa: PLC0415
     from algosel.measure.grid import MIXES, GridSpec  # noqa: PLC0415
 
+    if args.quick is not None:
+        return _quick_cases(args)
     dtypes = _check_choices("--dtypes", _csv_list(args.dtypes), DTYPES)
     layouts = _check_choices("--layouts", _csv_list(args.layouts), LAYOUTS)
     grid_layouts = _check_choices("--grid-layouts", _csv_list(args.grid_layouts or args.layouts), LAYOUTS)
@@ -123,6 +125,24 @@ def _cases_from_args(args):
     # With layers files and no --suites, only the layers (a user's own network, not the 686 suite cases).
     suites = args.suites if args.suites is not None else ("none" if args.layers else "all")
     cases = build_cases(grid, _suite_names(suites), dtypes, layouts, grid_layouts=grid_layouts, layers=args.layers)
+    return cases[: args.limit] if args.limit else cases
+
+
+def _quick_cases(args):
+    """``--quick MINUTES``: the new-GPU mix of :mod:`algosel.measure.quick`, its budget the sweep's."""
+    from algosel.measure.quick import QuickPlan, quick_cases  # noqa: PLC0415
+
+    if args.grid or args.layers or args.grid_mix != "networks":
+        raise CliError("--quick chooses the shapes itself: leave out --grid, --grid-mix and --layers")
+    plan = QuickPlan(
+        minutes=args.quick,
+        own_seed=args.seed + 1,
+        dtypes=tuple(_check_choices("--dtypes", _csv_list(args.dtypes), DTYPES)),
+        layouts=tuple(_check_choices("--layouts", _csv_list(args.quick_layouts), LAYOUTS)),
+    )
+    if args.time_budget_s is None:
+        args.time_budget_s = plan.time_budget_s
+    cases = quick_cases(plan, _suite_names(args.suites if args.suites is not None else "all"))
     return cases[: args.limit] if args.limit else cases
 
 
@@ -686,6 +706,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--chunk-cases", type=_POSITIVE, default=16, help="with --ray: cases a task")
     p.add_argument("--time-budget-s", type=_positive_float, default=None, help="stop starting cases after this long")
+    p.add_argument(
+        "--quick",
+        type=_positive_float,
+        default=None,
+        metavar="MINUTES",
+        help="a GPU new to algosel: the suites' layers, shapes of the shipped grid and of a grid of its own (seed "
+        "--seed + 1), interleaved shape by shape in every dtype and layout, for MINUTES (docs/selector.md)",
+    )
+    p.add_argument(
+        "--quick-layouts", default="nchw,nhwc", help="with --quick: the layouts of every shape (default: both)"
+    )
     p.add_argument("--budget-ms", type=_positive_float, default=10.0, help="device time per candidate for repeats")
     p.add_argument("--workspace-limit-bytes", type=_COUNT, default=8 << 30)
     p.add_argument("--limit", type=_COUNT, default=0, help="only the first N cases (a tiny sweep)")
