@@ -402,6 +402,8 @@ def cmd_train(args) -> int:
 
         base = tuned_params(args.params_from, base)
         grid = {"objective": [base.objective]}
+    if args.joint:
+        return _train_joint(args, base)
     out, summary = train(
         args.data,
         models_root=args.models,
@@ -423,6 +425,23 @@ def cmd_train(args) -> int:
         if s["geomean"] is None:  # a baseline the records cannot give (mode B of legacy algorithms)
             continue
         print(f"  held-out {sel:16s} geomean {s['geomean']:.3f}  within 5% {100 * s['within_5pct']:.1f}%")
+    return 0
+
+
+def _train_joint(args, base) -> int:
+    """``algosel train --joint``: one model over every GPU of the records (algosel.learn.joint), no tuning."""
+    from algosel.learn.joint import train_joint  # noqa: PLC0415
+
+    if not args.params_from:
+        raise CliError("--joint does not tune (a cross-validation would mix GPUs): give --params-from MODEL")
+    out, summary = train_joint(
+        args.data, base, models_root=args.models, name=args.name, force=args.force, command="algosel " + shlex.join(args.argv)
+    )
+    print(f"wrote {out} (joint model of {', '.join(summary['records_per_gpu'])}; {summary['total_seconds']} s)")
+    for slug, scores in summary["test_scores_per_gpu"].items():
+        for sel, s in scores.items():
+            if s["geomean"] is not None:
+                print(f"  {slug} held-out {sel:16s} geomean {s['geomean']:.3f}  within 5% {100 * s['within_5pct']:.1f}%")
     return 0
 
 
@@ -757,6 +776,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="MODEL",
         help="skip tuning: the hyperparameters of this model (e.g. the shipped one); overrides --n-estimators",
+    )
+    p.add_argument(
+        "--joint",
+        action="store_true",
+        help="one model over the records of every GPU given (of one cuDNN), with hardware features; needs "
+        "--params-from (docs/selector.md, \"A GPU of your own\")",
     )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)

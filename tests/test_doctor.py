@@ -78,13 +78,39 @@ def _facts(gpus: bool, error: str | None, space: str | None, local: list[str] | 
     return facts
 
 
+A100 = {"gpu_name": "NVIDIA A100-SXM4-80GB", "cudnn": 91900, "compute_capability": 8.0}
+
+
 def test_verdict_for_a_gpu_with_no_matching_model() -> None:
     error = "h200-cudnn91900 was trained for another environment: this process has GPU 'NVIDIA A100'"
-    lines = hook_verdict(_facts(True, error, None))
-    assert lines[0] == f"enabling the hook with its default model raises: {error}"
-    assert "train a model for this GPU" in lines[1]
+    facts = _facts(True, error, None)
+    facts["here"] = A100
+    facts["models"] = [
+        {"name": "h200-cudnn91900", "space": "cudnn", "gpu_name": "NVIDIA H200", "cudnn": 91900,
+         "match": "another environment: GPU", "nearness": [2.0, 1.0, 0.3]},
+        {"name": "v100-cudnn91900", "space": "cudnn", "gpu_name": "Tesla V100", "cudnn": 91900,
+         "match": "another environment: GPU", "nearness": [2.0, 1.0, 0.7]},
+    ]  # fmt: skip
+    lines = hook_verdict(facts)
+    assert lines[0] == f"loading the default model here raises: {error}"
+    assert lines[1] == "no model covers this GPU: the hook runs PyTorch's own convolutions (warned once)"
+    assert lines[2].startswith("nearest model: h200-cudnn91900 (NVIDIA H200, cuDNN 91900)")
+    assert lines[3].startswith(
+        "make one: `algosel sweep --quick 20 --out data/sweeps/a100-sxm4-80gb-cudnn91900` then `algosel train "
+        "data/sweeps/a100-sxm4-80gb-cudnn91900`"
+    )
     lines = hook_verdict(_facts(True, error, None, local=["models/a100-cudnn91900"]))
     assert "enabled(selector=Selector.load('models/a100-cudnn91900'))" in lines[1]
+
+
+def test_verdict_for_a_gpu_of_a_joint_models_family() -> None:
+    facts = _facts(True, None, None)
+    facts["here"] = {"gpu_name": "NVIDIA H800", "cudnn": 91900, "compute_capability": 9.0}
+    facts["default_models"]["cudnn"]["coverage"] = "family"
+    lines = hook_verdict(facts)
+    assert lines[0].startswith("h200-cudnn91900 is a joint model of this GPU's family, not trained on this GPU")
+    assert "`algosel sweep --quick 20 --out data/sweeps/h800-cudnn91900`" in lines[0]
+    assert lines[1].startswith("the hook runs h200-cudnn91900's choice where its gain")
 
 
 def test_verdict_for_a_gpu_with_its_model_with_and_without_the_frontend() -> None:

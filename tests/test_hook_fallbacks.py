@@ -51,7 +51,7 @@ def test_on_a_gpu_without_a_model_the_step_runs_pytorchs_own_convolutions(monkey
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
     model, x = _net(), torch.randn(2, 3, 8, 8)
     hook.reset_stats()
-    said = r"NVIDIA H100 80GB HBM3.*train a model for this GPU.*PyTorch's own"
+    said = r"NVIDIA H100 80GB HBM3.*make a model for this GPU with `algosel sweep --quick.*PyTorch's own"
     with pytest.warns(HookUnavailableWarning, match=said):
         _trains_as_pytorch(hook.enabled(step_aside=True), model, x)  # a configuration of its own: a new executor
     assert hook.stats() == {"pytorch:no model for this machine": 5}  # forward and weight gradient, then all three

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from algosel.learn.artifact import MANIFEST_FILE, SPACES_DEFAULT, SelectorError, space_of
+from algosel.learn.artifact import MANIFEST_FILE, SPACES_DEFAULT, SelectorError, read_manifest, space_of
 from algosel.learn.selector import Selector
-from algosel.records.environment import gpu_slug, mismatches, visible_gpu
+from algosel.records.environment import coverage, gpu_slug, mismatches, model_environments, visible_gpu
 from algosel.resources import shipped_path
 from algosel.spaces import get_space
 
@@ -52,7 +52,8 @@ def model_dirs(models_root: str | Path | None = None, space: str = "cudnn") -> l
 
 def default_model_dir(models_root: str | Path | None = None, space: str = "cudnn") -> Path:
     """The model of ``space`` (``"cudnn"``: engine configs, GEMM lowering and PyTorch's default; ``"legacy"``: the
-    legacy algorithms) made for this GPU where one is visible and a model for it exists, else the first one."""
+    legacy algorithms) made for this GPU where one is visible and a model for it exists: its own (named by
+    :func:`gpu_slug`), else a joint model trained on it, else a joint model of GPUs of its family; else the first."""
     dirs = model_dirs(models_root, space)
     if not dirs:
         root = Path(models_root) if models_root else SHIPPED_MODELS
@@ -63,6 +64,18 @@ def default_model_dir(models_root: str | Path | None = None, space: str = "cudnn
         for d in dirs:
             if d.name == slug:
                 return d
+        # Else a model trained on this GPU among others (a joint model), else one whose GPUs are of its family.
+        covering = {kind: [] for kind in ("exact", "family")}
+        for d in dirs:
+            try:
+                kind, _ = coverage(model_environments(read_manifest(d)), here)
+            except SelectorError:  # unreadable: loading it says why, if it is the one chosen
+                continue
+            if kind in covering:
+                covering[kind].append(d)
+        for kind in ("exact", "family"):
+            if covering[kind]:
+                return covering[kind][0]
     return dirs[0]
 
 
@@ -83,6 +96,8 @@ def check_records_environment(
     SelectorError
         ``<model_dir> was trained for <GPU> (cuDNN <v>) but the records are of ...; pass --force ...``.
     """
+    if coverage(model_environments(sel.manifest), records_env)[0] == "exact":
+        return []  # records of a GPU the model (joint or not) was trained on
     other = mismatches(sel.environment, records_env)
     if other and not force:
         raise SelectorError(
@@ -100,7 +115,9 @@ def live_available(sel: Selector) -> bool:
         here = visible_gpu()
         try:
             hit = (
-                here is not None and get_space(sel.space).available() is None and not mismatches(sel.environment, here)
+                here is not None
+                and get_space(sel.space).available() is None
+                and coverage(model_environments(sel.manifest), here)[0] != "none"
             )
         except Exception:  # noqa: BLE001 - anything missing means offline
             hit = False

@@ -54,10 +54,12 @@ def with_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     """Records sorted by problem (groups contiguous, as LightGBM's ranking needs), with ``ratio`` = time / best
     (``inf`` for failures). Problems without any correct candidate are dropped: nothing can be learnt there."""
     ok = ok_mask(frame)
-    best = frame["time_ms_median"].where(ok).groupby(frame["problem_key"]).transform("min")
+    # A problem of one GPU is one ranking: records of several GPUs (a joint model) are grouped per environment.
+    keys = ["problem_key", "env_id"] if "env_id" in frame else ["problem_key"]
+    best = frame["time_ms_median"].where(ok).groupby([frame[k] for k in keys]).transform("min")
     out = frame.assign(ratio=np.where(ok, frame["time_ms_median"] / best, np.inf))
     out = out[best.notna()]
-    return out.sort_values(["problem_key", "candidate_id"], kind="stable").reset_index(drop=True)
+    return out.sort_values([*keys, "candidate_id"], kind="stable").reset_index(drop=True)
 
 
 def base_lgb_params(num_leaves: int, learning_rate: float, min_child_samples: int, feature_fraction: float,
@@ -131,7 +133,8 @@ class Ranker:
         ratio = data["ratio"].to_numpy()
         if self.params.objective == "lambdarank":
             label = relevance(ratio)
-            group = data.groupby("problem_key", sort=False).size().to_numpy()
+            keys = ["problem_key", "env_id"] if "env_id" in data else ["problem_key"]
+            group = data.groupby(keys, sort=False).size().to_numpy()
             dataset = lgb.Dataset(
                 X,
                 label,

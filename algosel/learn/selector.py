@@ -24,7 +24,7 @@ PyTorch's default included.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,14 @@ from algosel.learn.rules import allowed, on_shortlist
 from algosel.learn.time_model import TIME_MODEL_FILE, TimeModel
 from algosel.problem import ConvProblem
 from algosel.records.catalogue import Catalogue
-from algosel.records.environment import mismatches, visible_gpu
+from algosel.records.environment import (
+    coverage,
+    gpu_slug,
+    mismatches,
+    model_environments,
+    visible_gpu,
+    visible_hardware,
+)
 from algosel.spaces import Candidate, get_space, space_names
 
 #: PyTorch's default's candidate id: the runtime compares a choice's predicted time with it.
@@ -138,24 +145,65 @@ def offline_rows(problem: ConvProblem, spaces: tuple[str, ...] | None = None) ->
     return rows
 
 
-def check_environment(model_env: Mapping[str, Any], directory: Path | str, force: bool) -> None:
-    """Refuse (or, with ``force``, warn about) a model made for another GPU or cuDNN than the visible one."""
+class JointModelWarning(UserWarning):
+    """A joint model ranks for a GPU it was not trained on, one of the same family (warned once per process)."""
+
+
+_joint_warned: set[str] = set()
+
+
+def new_gpu_fix(here: Mapping[str, Any]) -> str:
+    """The commands that make a model for the GPU ``here`` (docs/selector.md, "A GPU of your own")."""
+    slug = gpu_slug(here)
+    return f"`algosel sweep --quick 20 --out data/sweeps/{slug}` then `algosel train data/sweeps/{slug}`"
+
+
+def check_environment(
+    model_env: Mapping[str, Any] | Sequence[Mapping[str, Any]], directory: Path | str, force: bool
+) -> dict[str, Any]:
+    """The environment whose hardware features the model ranks for here; refuse (or, with ``force``, warn about)
+    a model that does not cover the visible GPU and cuDNN (:func:`~algosel.records.environment.coverage`).
+
+    ``model_env``: the model's environment, or a joint model's environments (main first). Without a GPU the
+    model answers for its main environment; on a GPU it trained on, for that GPU; on a GPU of a joint model's
+    family, for this GPU's own hardware (warned once: its picks there are unmeasured)."""
+    envs = [dict(model_env)] if isinstance(model_env, Mapping) else [dict(e) for e in model_env]
     here = visible_gpu()
     if here is None:
-        return  # offline use (no GPU here): the model is read for its own GPU
-    found = mismatches(model_env, here)
-    if found:
-        text = f"{directory} was trained for another environment: this process has {', '.join(found)}"
-        if not force:
-            raise SelectorError(text + "; train a model for this GPU, or pass force=True to use it anyway")
-        warnings.warn(text, stacklevel=3)
+        return envs[0]  # offline use (no GPU here): the model is read for its own GPU
+    kind, env = coverage(envs, here)
+    if kind == "exact":
+        return env
+    if kind == "family":
+        trained = ", ".join(str(e.get("gpu_name")) for e in envs)
+        if str(directory) not in _joint_warned:
+            _joint_warned.add(str(directory))
+            warnings.warn(
+                f"algosel: {here.get('gpu_name')} has no model of its own; {directory} is a joint model of {trained} "
+                f"(compute capability {env.get('compute_capability')}, cuDNN {env.get('cudnn')}) and ranks for "
+                f"this GPU's hardware, unmeasured here; make a model of its own with {new_gpu_fix(here)}",
+                JointModelWarning,
+                stacklevel=3,
+            )
+        return {**env, **visible_hardware(), "gpu_name": here.get("gpu_name")}
+    found = mismatches(envs[0], here)
+    text = f"{directory} was trained for another environment: this process has {', '.join(found)}"
+    if not force:
+        raise SelectorError(text + f"; make a model for this GPU with {new_gpu_fix(here)}, or pass force=True")
+    warnings.warn(text, stacklevel=3)
+    return envs[0]
 
 
 class Selector:
     """A loaded model: ``Selector.load(path)``; then :meth:`choose`. Not thread-safe (memoisation dicts)."""
 
     def __init__(
-        self, ranker: Ranker, manifest: dict[str, Any], catalogue: pd.DataFrame, time_model: TimeModel | None = None
+        self,
+        ranker: Ranker,
+        manifest: dict[str, Any],
+        catalogue: pd.DataFrame,
+        time_model: TimeModel | None = None,
+        target: Mapping[str, Any] | None = None,
     ):
         self.ranker = ranker
         #: Predicts device times (:mod:`algosel.learn.time_model`); ``None`` for a model trained without one.
@@ -174,7 +222,10 @@ class Selector:
         self._times: dict[tuple, dict[str, float]] = {}
         self._nearest_rows: dict[str, list[dict[str, Any]]] = {}  # a nearest problem's rows, as new problems get them
         self._ranked_rows: dict[ConvProblem, list[dict[str, Any]]] = {}  # the last list rank_rows ranked per problem
-        self._hardware = hardware_vector(self.environment)
+        #: The GPU ranked for (its hardware features): the model's own, or where a joint model loads on a GPU of
+        #: its family, that GPU (:func:`check_environment`).
+        self.target = dict(target or self.environment)
+        self._hardware = hardware_vector(self.target)
 
     # ------------------------------------------------------------------------------------------ persistence
     def save(
@@ -197,13 +248,13 @@ class Selector:
         unless ``force`` (then it warns): engine configs and their speeds are specific to both.
         """
         artifact = load_artifact(directory)
-        check_environment(artifact.manifest["environment"], directory, force)
+        target = check_environment(model_environments(artifact.manifest), directory, force)
         section = artifact.manifest.get("time_model")
         try:
             time_model = TimeModel.load(directory, section, artifact.manifest) if section else None
         except ValueError as exc:  # TimeModelError or SelectorError: a listed file missing, damaged or corrupt
             raise SelectorError(str(exc)) from exc
-        return cls(artifact.ranker, artifact.manifest, artifact.catalogue, time_model)
+        return cls(artifact.ranker, artifact.manifest, artifact.catalogue, time_model, target=target)
 
     # ------------------------------------------------------------------------------------------- choosing
     def candidates_for(self, problem: ConvProblem, live: bool = False) -> tuple[list[dict[str, Any]], str]:
@@ -333,7 +384,7 @@ class Selector:
                 f"(max_workspace_bytes={max_workspace_bytes}, deterministic={deterministic})"
             )
         rows = [all_rows[i] for i in keep]
-        X_all = assemble(problem, matrix, self.environment, self._hardware)
+        X_all = assemble(problem, matrix, self.target, self._hardware)
         X = X_all[positions]
         scores = self.ranker.score(X)
         order = np.argsort(-scores, kind="stable")[: max(1, top_k)]
@@ -421,7 +472,7 @@ class Selector:
         if not candidate_ids:
             return {}
         picked = [index[c] for c in candidate_ids]
-        X = assemble(problem, listed_candidate_matrix(picked, rows), self.environment, self._hardware)
+        X = assemble(problem, listed_candidate_matrix(picked, rows), self.target, self._hardware)
         return dict(zip(candidate_ids, self.time_model.predict_ms(X).tolist()))
 
     def host_us(self, problem: ConvProblem, candidate_ids) -> dict[str, float]:

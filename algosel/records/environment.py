@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import platform
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: Hardware fields the ranker uses as features (numbers, the same on every machine of one kind).
@@ -89,15 +90,38 @@ def gpu_slug(env: dict[str, Any]) -> str:
 
 
 def visible_gpu() -> dict[str, Any] | None:
-    """``{"gpu_name": ..., "cudnn": ...}`` of this process's CUDA device; ``None`` without a usable one."""
+    """``{"gpu_name": ..., "cudnn": ..., "compute_capability": ...}`` of this process's CUDA device; ``None``
+    without a usable one."""
     try:
         import torch  # noqa: PLC0415
 
         if not torch.cuda.is_available():
             return None
-        return {"gpu_name": torch.cuda.get_device_name(), "cudnn": int(torch.backends.cudnn.version() or 0)}
+        here = {"gpu_name": torch.cuda.get_device_name(), "cudnn": int(torch.backends.cudnn.version() or 0)}
     except Exception:  # noqa: BLE001 - no usable CUDA (driver missing, CPU build): no GPU to compare with
         return None
+    try:
+        major, minor = torch.cuda.get_device_capability()
+        here["compute_capability"] = float(f"{major}.{minor}")
+    except Exception:  # noqa: BLE001 - a device that cannot say: no family to match a joint model by
+        pass
+    return here
+
+
+_hardware_here: dict[str, Any] | None = None
+
+
+def visible_hardware() -> dict[str, Any]:
+    """The :data:`HARDWARE_FIELDS` of this process's CUDA device (:func:`collect_environment`, read once); empty
+    without a usable GPU. A joint model ranks for these on a GPU it was not trained on."""
+    global _hardware_here  # noqa: PLW0603 - one device description per process
+    if _hardware_here is None:
+        try:
+            env = collect_environment()
+        except Exception:  # noqa: BLE001 - no usable CUDA: no hardware to describe
+            return {}
+        _hardware_here = {f: env[f] for f in HARDWARE_FIELDS if env.get(f)}
+    return dict(_hardware_here)
 
 
 def mismatches(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> list[str]:
@@ -111,3 +135,55 @@ def mismatches(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> list[s
     if int(actual.get("cudnn") or 0) != int(expected.get("cudnn") or 0):
         out.append(f"cuDNN {actual.get('cudnn')} (expected {expected.get('cudnn')})")
     return out
+
+
+def model_environments(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The environments a model was trained on: a joint model's ``environments`` (its main one first), else its
+    one ``environment``."""
+    envs = manifest.get("environments")
+    if isinstance(envs, list) and envs and all(isinstance(e, Mapping) for e in envs):
+        return [dict(e) for e in envs]
+    return [dict(manifest["environment"])]
+
+
+def same_family(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two environments are GPUs of one family for a joint model: the same compute capability (one chip
+    generation: the H100 and H200 are 9.0) and the same cuDNN (whose engine configs the model ranks)."""
+    cc_a, cc_b = a.get("compute_capability"), b.get("compute_capability")
+    return (
+        cc_a is not None
+        and cc_b is not None
+        and round(float(cc_a), 1) == round(float(cc_b), 1)
+        and int(a.get("cudnn") or 0) == int(b.get("cudnn") or 0)
+    )
+
+
+def coverage(model_envs: Sequence[Mapping[str, Any]], here: Mapping[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """How a model trained on ``model_envs`` covers the GPU ``here``: ``("exact", env)`` where it was trained on
+    this GPU and cuDNN; ``("family", env)`` where it is a joint model (two GPUs or more) with a GPU of this one's
+    family (:func:`same_family`; ``env`` that GPU's); ``("none", None)`` otherwise. A one-GPU model covers its
+    GPU only: nothing in it says what changes from one GPU to another."""
+    for env in model_envs:
+        if not mismatches(env, here):
+            return "exact", dict(env)
+    if len({e.get("gpu_name") for e in model_envs}) >= 2:
+        for env in model_envs:
+            if same_family(env, here):
+                return "family", dict(env)
+    return "none", None
+
+
+def nearness(model_envs: Sequence[Mapping[str, Any]], here: Mapping[str, Any]) -> tuple[float, float, float]:
+    """A sort key of how near a model's GPUs are to ``here`` (smaller is nearer): its coverage (trained on this
+    GPU, a joint model of its family, neither), then the nearest compute capability, then the nearest memory
+    bandwidth (log ratio; what most separates GPUs of one generation). Unknown fields count as far."""
+    kind, _ = coverage(model_envs, here)
+    rank = {"exact": 0.0, "family": 1.0}.get(kind, 2.0)
+    cc_here, bw_here = here.get("compute_capability"), here.get("memory_bandwidth_gbps")
+    best = (math.inf, math.inf)
+    for env in model_envs:
+        cc, bw = env.get("compute_capability"), env.get("memory_bandwidth_gbps")
+        d_cc = abs(float(cc) - float(cc_here)) if cc is not None and cc_here is not None else math.inf
+        d_bw = abs(math.log(float(bw) / float(bw_here))) if bw and bw_here else math.inf
+        best = min(best, (d_cc, d_bw))
+    return (rank, *best)

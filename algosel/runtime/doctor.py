@@ -11,13 +11,23 @@ import importlib.metadata
 import json
 import os
 import platform
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from algosel.learn.artifact import SelectorError, read_manifest
 from algosel.learn.models import MODEL_SPACES, SHIPPED_MODELS, default_model_dir, model_dirs
-from algosel.records.environment import gpu_slug, mismatches, visible_gpu
+from algosel.learn.selector import JointModelWarning, check_environment, new_gpu_fix
+from algosel.records.environment import (
+    coverage,
+    gpu_slug,
+    mismatches,
+    model_environments,
+    nearness,
+    visible_gpu,
+    visible_hardware,
+)
 from algosel.runtime.unseen import ENV_VAR
 from algosel.version import __version__
 
@@ -91,21 +101,32 @@ def _model_row(directory: Path, here: dict[str, Any] | None) -> dict[str, Any]:
     from algosel.learn.models import model_space  # noqa: PLC0415
 
     try:
-        env = read_manifest(directory)["environment"]
+        manifest = read_manifest(directory)
+        env = manifest["environment"]
     except SelectorError as exc:
         return {"name": directory.name, "path": str(directory), "error": str(exc)}
+    envs = model_environments(manifest)
     row = {
         "name": directory.name,
         "path": str(directory),
         "space": model_space(directory),
-        "gpu_name": env.get("gpu_name"),
+        "gpu_name": " + ".join(str(e.get("gpu_name")) for e in envs),
         "cudnn": env.get("cudnn"),
     }
     if here is None:
         row["match"] = "no GPU here: usable offline (algosel.predict ranks from its records)"
     else:
-        found = mismatches(env, here)
-        row["match"] = "matches this GPU and cuDNN" if not found else "another environment: " + ", ".join(found)
+        kind, near = coverage(envs, here)
+        row["nearness"] = list(nearness(envs, {**visible_hardware(), **here}))
+        if kind == "exact":
+            row["match"] = "matches this GPU and cuDNN"
+        elif kind == "family":
+            row["match"] = (
+                f"a joint model of this GPU's family (compute capability {near.get('compute_capability')}): used, "
+                "with a warning; its picks here are unmeasured"
+            )
+        else:
+            row["match"] = "another environment: " + ", ".join(mismatches(env, here))
     return row
 
 
@@ -120,11 +141,11 @@ def _model_roots(extra: Sequence[str | Path]) -> list[Path]:
 
 def _default_model(space: str, roots: Sequence[Path]) -> dict[str, Any]:
     """What ``load_default`` picks (from the shipped models, as the hook does) and whether it loads."""
-    from algosel.learn.selector import check_environment  # noqa: PLC0415
-
     try:
         directory = default_model_dir(space=space)
-        check_environment(read_manifest(directory)["environment"], directory, force=False)
+        with warnings.catch_warnings():  # the joint model's warning is the report's "coverage" field here
+            warnings.simplefilter("ignore", JointModelWarning)
+            check_environment(model_environments(read_manifest(directory)), directory, force=False)
     except SelectorError as exc:
         return {"space": space, "model": None, "error": str(exc)}
     matching = []
@@ -133,12 +154,13 @@ def _default_model(space: str, roots: Sequence[Path]) -> dict[str, Any]:
         for root in roots[1:]:
             for d in model_dirs(root, space):
                 try:
-                    env = read_manifest(d)["environment"]
+                    manifest = read_manifest(d)
                 except SelectorError:  # listed among the models as unreadable, with why
                     continue
-                if not mismatches(env, here):
+                if coverage(model_environments(manifest), here)[0] == "exact":
                     matching.append(str(d))
-    return {"space": space, "model": str(directory), "error": None, "local_matches": matching}
+    coverage_kind = coverage(model_environments(read_manifest(directory)), here)[0] if here is not None else None
+    return {"space": space, "model": str(directory), "error": None, "local_matches": matching, "coverage": coverage_kind}
 
 
 def hook_verdict(facts: dict[str, Any]) -> list[str]:
@@ -156,14 +178,24 @@ def hook_verdict(facts: dict[str, Any]) -> list[str]:
         return lines
     if default["error"]:
         local = default.get("local_matches") or []
-        hint = (
-            f"pass a model made here: enabled(selector=Selector.load({local[0]!r}))"
-            if local
-            else "train a model for this GPU (docs/tutorial.md), or pass one with Selector.load(path, force=True)"
-        )
-        return [f"enabling the hook with its default model raises: {default['error']}", hint]
+        if local:
+            hint = [f"pass a model made here: enabled(selector=Selector.load({local[0]!r}))"]
+        else:
+            hint = [
+                "no model covers this GPU: the hook runs PyTorch's own convolutions (warned once)",
+                *_nearest_model_lines(facts),
+                f"make one: {new_gpu_fix(facts['here'])} (docs/selector.md, \"A GPU of your own\"); or pass a model "
+                "with Selector.load(path, force=True)",
+            ]
+        return [f"loading the default model here raises: {default['error']}", *hint]
     name = Path(default["model"]).name
-    lines = [
+    lines = []
+    if default.get("coverage") == "family":
+        lines.append(
+            f"{name} is a joint model of this GPU's family, not trained on this GPU: used with a warning, its picks "
+            f"unmeasured here; make a model of its own: {new_gpu_fix(facts['here'])}"
+        )
+    lines += [
         f"the hook runs {name}'s choice where its gain over PyTorch's default is known: problems its records "
         "measured, a measurement on first use with enabled(verify=k), or its predicted times where it has them; "
         "every other convolution passes through to PyTorch's own"
@@ -178,6 +210,15 @@ def hook_verdict(facts: dict[str, Any]) -> list[str]:
     built = str(facts["extension"]).startswith("built")
     lines.append("host path: " + ("compiled" if built else f"Python ({facts['extension']})"))
     return lines
+
+
+def _nearest_model_lines(facts: dict[str, Any]) -> list[str]:
+    """The model nearest this GPU (:func:`~algosel.records.environment.nearness`), as the report says it."""
+    rows = [m for m in facts["models"] if m.get("nearness") and m.get("space") == "cudnn"]
+    if not rows:
+        return []
+    near = min(rows, key=lambda m: tuple(m["nearness"]))
+    return [f"nearest model: {near['name']} ({near['gpu_name']}, cuDNN {near['cudnn']}): {near['match']}"]
 
 
 def collect(models: Sequence[str | Path] = ("models",)) -> dict[str, Any]:
@@ -216,6 +257,7 @@ def collect(models: Sequence[str | Path] = ("models",)) -> dict[str, Any]:
         "cudnn_space": cudnn_space,
         "record_unseen": os.environ.get(ENV_VAR) or None,
         "gpu_slug": gpu_slug(here) if here else None,
+        "here": here,
         "model_roots": [str(r) for r in roots],
         "models": model_rows,
         "default_models": {space: _default_model(space, roots) for space in MODEL_SPACES},

@@ -1,0 +1,172 @@
+"""``algosel train --joint``: one selector over the records of several GPUs of one cuDNN, with hardware features.
+
+A one-GPU model sees constant hardware columns and cannot learn what changes from one GPU to the next. A joint
+model is trained on every GPU's records at once: each problem of each GPU is one ranking (records are grouped per
+environment, :func:`algosel.learn.ranker.with_ratios`), and the hardware features (SM count, L2, memory bandwidth,
+clocks, memory: :data:`algosel.records.environment.HARDWARE_FIELDS`) tell the GPUs apart. It covers each GPU it was
+trained on exactly and, warned, other GPUs of their family (:func:`algosel.records.environment.coverage`).
+
+No tuning: the hyperparameters are a tuned model's (``params_from``); cross-validation across GPUs would rank
+settings by a mixture of GPUs' scores. The held-out shapes (:func:`~algosel.learn.evaluate.is_test_shape`) are held
+out on every GPU, and the held-out report is per GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from algosel.learn.artifact import SelectorError, new_manifest
+from algosel.learn.evaluate import Prepared, is_test_shape, pick_times, report, selector_table
+from algosel.learn.ranker import Ranker, RankerParams, fingerprint
+from algosel.learn.rules import SHORTLIST_RANK
+from algosel.learn.selector import Selector, blocked_engines, build_catalogue
+from algosel.learn.time_model import TIME_MODEL_FILE, TimeModel, TimeModelParams
+from algosel.records.environment import gpu_slug
+from algosel.records.store import RecordsError, load_records
+
+#: What a score row keeps of :func:`~algosel.learn.evaluate.report`.
+SCORE_FIELDS = ("geomean", "p95", "worst", "within_5pct", "top1", "total_time_ratio")
+
+
+def joint_environments(
+    frame: pd.DataFrame, envs: Mapping[str, Mapping[str, Any]]
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """The records of every GPU with the cuDNN of the most recorded one, and one environment per GPU (most
+    records first): a model ranks one cuDNN's engine configs."""
+    slugs = frame["env_id"].map({e: gpu_slug(env) for e, env in envs.items()})
+    counts = slugs.value_counts()
+    if counts.empty:
+        raise RecordsError("no records to choose environments from")
+    cudnn = int(envs[frame.loc[slugs == counts.index[0], "env_id"].iloc[0]].get("cudnn") or 0)
+    keep = [e for e, env in envs.items() if int(env.get("cudnn") or 0) == cudnn]
+    frame = frame[frame["env_id"].isin(keep)]
+    ordered: list[dict[str, Any]] = []
+    for slug in counts.index:
+        for e in keep:
+            if gpu_slug(envs[e]) == slug and not any(gpu_slug(o) == slug for o in ordered):
+                ordered.append(dict(envs[e]))
+    return frame, ordered
+
+
+def fit_selector(
+    train: Prepared,
+    params: RankerParams,
+    time_params: TimeModelParams | None,
+    frame: pd.DataFrame,
+    environments: Sequence[Mapping[str, Any]],
+) -> Selector:
+    """A selector fitted on ``train`` (records of any GPUs), its catalogue from ``frame``'s main GPU."""
+    ranker = Ranker(params).fit_prepared(train.data, train.X)
+    time_model = TimeModel(time_params).fit_prepared(train.data, train.X) if time_params is not None else None
+    main = environments[0]
+    catalogue = build_catalogue(frame[frame["env_id"] == main["env_id"]])
+    manifest = {
+        "environment": dict(main),
+        "environments": [dict(e) for e in environments],
+        "shortlist_rank": SHORTLIST_RANK,
+        "spaces": sorted(frame["space"].unique()),
+        "blocked_engines": blocked_engines(frame),
+    }
+    return Selector(ranker, manifest, catalogue, time_model)
+
+
+def held_out_scores(sel: Selector, frame: pd.DataFrame, test: Prepared) -> dict[str, dict[str, dict[str, float]]]:
+    """Per GPU (its slug): every selector's :data:`SCORE_FIELDS` on that GPU's held-out problems."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for env_id in pd.unique(test.data["env_id"]):
+        rows = test.rows((test.data["env_id"] == env_id).to_numpy())
+        records = frame[frame["env_id"] == env_id]
+        table = selector_table(records, pick_times(rows.data, sel.ranker.score(rows.X)))
+        comp = report(table)
+        overall = comp[comp["group"] == "all"].set_index("selector")
+        slug = gpu_slug(next(e for e in sel.manifest["environments"] if e["env_id"] == env_id))
+        out[slug] = {
+            s: {k: (None if pd.isna(v) else float(v)) for k, v in row.items() if k in SCORE_FIELDS}
+            for s, row in overall.iterrows()
+        }
+    return out
+
+
+def train_joint(
+    data: Sequence[str | Path],
+    params: RankerParams,
+    models_root: str | Path = "models",
+    name: str | None = None,
+    force: bool = False,
+    command: str | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """Fit and save a joint model on ``data`` (records of several GPUs) with ``params``; see the module docstring.
+
+    Raises
+    ------
+    RecordsError
+        Records of one GPU only (train it with ``algosel train``), or no held-out shape.
+    SelectorError
+        An existing model directory without ``force``.
+    """
+    t0 = time.perf_counter()
+    frame, envs = load_records(*data)
+    frame, environments = joint_environments(frame, envs)
+    if len(environments) < 2:
+        raise RecordsError(
+            f"{', '.join(map(str, data))}: records of one GPU ({environments[0].get('gpu_name')}); a joint model needs "
+            "two or more: train this one without --joint"
+        )
+    out = Path(models_root) / (name or "joint-" + "-".join(gpu_slug(e).rsplit("-cudnn", 1)[0] for e in environments)
+                               + f"-cudnn{environments[0].get('cudnn')}")  # fmt: skip
+    if out.exists() and not force:
+        raise SelectorError(f"{out} exists; pass --force to replace it, or choose another --name or --models")
+    prep = Prepared.build(frame, envs)
+    test = is_test_shape(prep.shape)
+    if not test.any() or test.all():
+        raise RecordsError(f"{', '.join(map(str, data))}: too few shapes to hold some out and train on the rest")
+    train_prep, test_prep = prep.rows(~test), prep.rows(test)
+    t_fit = time.perf_counter()
+    sel = fit_selector(train_prep, params, TimeModelParams(num_threads=params.num_threads), frame, environments)
+    fit_s = time.perf_counter() - t_fit
+    scores = held_out_scores(sel, frame, test_prep)
+    per_gpu = {gpu_slug(e): int(np.sum(frame["env_id"] == e["env_id"])) for e in environments}
+    summary = {
+        "data_fingerprint": fingerprint(frame),
+        "data": [str(d) for d in data],
+        "records": int(len(frame)),
+        "records_per_gpu": per_gpu,
+        "train_problems": int(train_prep.data.groupby(["problem_key", "env_id"]).ngroups),
+        "test_problems": int(test_prep.data.groupby(["problem_key", "env_id"]).ngroups),
+        "split": {"method": "crc32(shape_key) % 1000 < 1000 * test_fraction", "held out on": "every GPU"},
+        "tuning": [{**params.__dict__, "chosen": True}],
+        "test_scores": scores[gpu_slug(environments[0])],
+        "test_scores_per_gpu": scores,
+        "final_fit_seconds": round(fit_s, 1),
+        "total_seconds": round(time.perf_counter() - t0, 1),
+        "blocked_engines": sel.manifest["blocked_engines"],
+        "dtypes": sorted(frame["dtype"].unique()),
+        "shortlist_rank": SHORTLIST_RANK,
+        "spaces": sel.manifest["spaces"],
+        "time_model": {"file": TIME_MODEL_FILE, "target": "log2(time_ms)"},
+        "command": command,
+    }
+    manifest = new_manifest(params, environments[0], {**summary, "environments": environments})
+    lines = [f"# {out.name}", "", "A joint selector (`algosel train --joint`) of " + ", ".join(
+        f"{e.get('gpu_name')} ({per_gpu[gpu_slug(e)]:,} records)" for e in environments) + f", cuDNN "
+        f"{environments[0].get('cudnn')}. Held-out problems, time / best measured candidate:", ""]  # fmt: skip
+    for slug, rows in scores.items():
+        lines += [f"## {slug}", "", "| selector | geomean | within 5% | total |", "| --- | --- | --- | --- |"]
+        lines += [
+            f"| {s} | {r['geomean']:.3f} | {100 * r['within_5pct']:.1f}% | {r['total_time_ratio']:.3f} |"
+            for s, r in rows.items()
+            if r.get("geomean") is not None
+        ]
+        lines.append("")
+    if command:
+        lines += ["Made by:", "", "```", command, "```", ""]
+    Selector(sel.ranker, manifest, sel.catalogue.frame, sel.time_model).save(
+        out, replace=force, extra_files={"README.md": "\n".join(lines)}
+    )
+    return out, summary

@@ -1,0 +1,159 @@
+"""Joint models over several GPUs (algosel.learn.joint) and what a GPU without a model of its own gets.
+
+The second GPU is made from the committed H200 slice: the same problems under an H100's environment, its times
+changed by a factor per engine, so that the best candidate differs between the GPUs on some problems. It tests the
+mechanics (grouping per GPU, coverage, loading, refusals), never the model's quality.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from algosel.learn.artifact import SelectorError
+from algosel.learn.joint import joint_environments, train_joint
+from algosel.learn.ranker import RankerParams, with_ratios
+from algosel.learn.selector import JointModelWarning, Selector
+from algosel.records import load_records
+from algosel.records.environment import coverage, env_id, model_environments, same_family
+from algosel.records.store import RecordsError, write_part
+
+SLICE = Path(__file__).resolve().parents[1] / "data" / "samples" / "h200-slice"
+H100 = {
+    "gpu_name": "NVIDIA H100 80GB HBM3",
+    "sm_count": 132,
+    "compute_capability": 9.0,
+    "l2_bytes": 52428800,
+    "memory_bytes": 85017624576,
+    "memory_bandwidth_gbps": 3352.3,
+    "sm_clock_mhz": 1980,
+    "driver": "580.159.04",
+    "cuda": "13.0",
+    "cudnn": 91900,
+    "torch": "2.11.0+cu130",
+}
+SMALL = RankerParams(n_estimators=8, num_leaves=7, num_threads=1)
+
+
+def _h100_env() -> dict:
+    env = dict(H100)
+    env["env_id"] = env_id(env)
+    return env
+
+
+@pytest.fixture(scope="module")
+def two_gpus(tmp_path_factory) -> Path:
+    """The slice, and the slice as an H100 measured it (a part of its own)."""
+    root = tmp_path_factory.mktemp("two-gpus")
+    frame, _ = load_records(SLICE)
+    env = _h100_env()
+    # A factor per engine in [0.7, 1.4): some picks change, as between two real GPUs.
+    factor = frame["candidate_id"].map(lambda c: 0.7 + 0.7 * (zlib.crc32(c.encode()) % 100) / 100)
+    h100 = frame.assign(env_id=env["env_id"], time_ms_median=frame["time_ms_median"] * factor)
+    rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()} for r in h100.to_dict("records")]
+    write_part(root / "h100" / "part-h100.parquet", rows, [env])
+    return root
+
+
+def test_records_of_several_gpus_are_ranked_per_gpu():
+    frame, _ = load_records(SLICE)
+    key = frame["problem_key"].iloc[0]
+    one = frame[frame["problem_key"] == key]
+    other = one.assign(env_id="other", time_ms_median=one["time_ms_median"] * 3)
+    out = with_ratios(__import__("pandas").concat([one, other]))
+    # Each GPU's best is 1.0 of its own: the slower GPU's records are not ratios to the faster one's best.
+    assert out.groupby("env_id")["ratio"].min().tolist() == [1.0, 1.0]
+
+
+def test_joint_environments_keep_every_gpu_of_the_main_cudnn(two_gpus):
+    frame, envs = load_records(SLICE, two_gpus / "h100")
+    kept, environments = joint_environments(frame, envs)
+    assert [e["gpu_name"] for e in environments] == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"] or [
+        e["gpu_name"] for e in environments
+    ] == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    assert len(kept) == len(frame)
+
+
+def test_train_joint_saves_a_model_of_both_gpus(two_gpus, tmp_path):
+    out, summary = train_joint([SLICE, two_gpus / "h100"], SMALL, models_root=tmp_path, name="joint")
+    manifest = json.loads((out / "manifest.json").read_text())
+    names = {e["gpu_name"] for e in model_environments(manifest)}
+    assert names == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
+    assert set(summary["test_scores_per_gpu"]) == {"h200-cudnn91900", "h100-80gb-hbm3-cudnn91900"}
+    for scores in summary["test_scores_per_gpu"].values():
+        assert scores["model"]["geomean"] >= 1.0
+    assert "NVIDIA H100 80GB HBM3" in (out / "README.md").read_text()
+    with pytest.raises(SelectorError, match="exists; pass --force"):
+        train_joint([SLICE, two_gpus / "h100"], SMALL, models_root=tmp_path, name="joint")
+
+
+def test_train_joint_refuses_records_of_one_gpu(tmp_path):
+    with pytest.raises(RecordsError, match="records of one GPU .*without --joint"):
+        train_joint([SLICE], SMALL, models_root=tmp_path)
+
+
+def test_coverage_exact_family_none():
+    h200 = {"gpu_name": "NVIDIA H200", "cudnn": 91900, "compute_capability": 9.0}
+    h100 = {"gpu_name": "NVIDIA H100 80GB HBM3", "cudnn": 91900, "compute_capability": 9.0}
+    h800 = {"gpu_name": "NVIDIA H800", "cudnn": 91900, "compute_capability": 9.0}
+    a100 = {"gpu_name": "NVIDIA A100-SXM4-80GB", "cudnn": 91900, "compute_capability": 8.0}
+    assert coverage([h200, h100], h100) == ("exact", h100)
+    assert coverage([h200, h100], h800) == ("family", h200)
+    assert coverage([h200], h800) == ("none", None)  # a one-GPU model knows nothing of other GPUs
+    assert coverage([h200, h100], a100) == ("none", None)
+    assert coverage([h200, h100], {**h800, "cudnn": 90100}) == ("none", None)
+    assert same_family(h200, h100) and not same_family(h200, a100)
+    assert not same_family(h200, {"gpu_name": "x", "cudnn": 91900})  # a device that cannot say its capability
+
+
+def _fake_gpu(monkeypatch, name: str, capability: tuple[int, int], hardware: dict | None = None):
+    import algosel.records.environment as environment
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91900)
+    monkeypatch.setattr(environment, "_hardware_here", dict(hardware or {}))
+
+
+def test_a_joint_model_loads_on_its_gpus_and_warns_once_on_a_gpu_of_their_family(two_gpus, tmp_path, monkeypatch):
+    out, _ = train_joint([SLICE, two_gpus / "h100"], SMALL, models_root=tmp_path, name="joint")
+    _fake_gpu(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sel = Selector.load(out)  # trained on this GPU: no warning, its own hardware
+    assert sel.target["memory_bandwidth_gbps"] == H100["memory_bandwidth_gbps"]
+    _fake_gpu(monkeypatch, "NVIDIA H800", (9, 0), {"memory_bandwidth_gbps": 3350.0, "sm_count": 132})
+    with pytest.warns(JointModelWarning, match=r"H800 has no model of its own; .*joint model of .*algosel sweep --quick"):
+        sel = Selector.load(out)
+    assert sel.target["gpu_name"] == "NVIDIA H800" and sel.target["memory_bandwidth_gbps"] == 3350.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Selector.load(out)  # once per process and model
+    _fake_gpu(monkeypatch, "NVIDIA A100-SXM4-80GB", (8, 0))
+    with pytest.raises(SelectorError, match=r"A100.*make a model for this GPU with `algosel sweep --quick 20"):
+        Selector.load(out)
+
+
+def test_a_joint_model_ranks_for_the_hardware_it_is_given(two_gpus, tmp_path):
+    """Offline, the main GPU's hardware; given another GPU's environment, that GPU's hardware columns (the slowest
+    candidate's predicted time changes with memory bandwidth where the trees split on it, and never errs)."""
+    from algosel.problem import ConvProblem
+
+    out, _ = train_joint([SLICE, two_gpus / "h100"], SMALL, models_root=tmp_path, name="joint")
+    sel = Selector.load(out)  # no GPU here: its main environment
+    assert sel.target == sel.environment
+    frame, _ = load_records(SLICE)
+    problem = ConvProblem.from_key(frame["problem_key"].iloc[0])
+    as_main = sel.choose(problem)
+    other = [e for e in model_environments(sel.manifest) if e["gpu_name"] != sel.environment["gpu_name"]][0]
+    as_other = Selector(sel.ranker, sel.manifest, sel.catalogue.frame, sel.time_model, target=other)
+    assert as_other.target["gpu_name"] == other["gpu_name"]
+    ranked = as_other.choose(problem)
+    assert {c.candidate_id for c in ranked} == {c.candidate_id for c in as_main}  # the same list, ranked for each
