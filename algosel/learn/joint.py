@@ -76,20 +76,25 @@ def fit_selector(
     return Selector(ranker, manifest, catalogue, time_model)
 
 
+def scores(ranker: Ranker, records: pd.DataFrame, rows: Prepared) -> dict[str, dict[str, float]]:
+    """Every selector's :data:`SCORE_FIELDS` (the model's picks by ``ranker``, cuDNN's heuristics, PyTorch's
+    default...) on the problems of ``rows``, records of one GPU, against the best of ``records``."""
+    table = selector_table(records, pick_times(rows.data, ranker.score(rows.X)))
+    overall = report(table)
+    overall = overall[overall["group"] == "all"].set_index("selector")
+    return {
+        s: {k: (None if pd.isna(v) else float(v)) for k, v in row.items() if k in SCORE_FIELDS}
+        for s, row in overall.iterrows()
+    }
+
+
 def held_out_scores(sel: Selector, frame: pd.DataFrame, test: Prepared) -> dict[str, dict[str, dict[str, float]]]:
-    """Per GPU (its slug): every selector's :data:`SCORE_FIELDS` on that GPU's held-out problems."""
+    """Per GPU (its slug): :func:`scores` on that GPU's held-out problems."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for env_id in pd.unique(test.data["env_id"]):
         rows = test.rows((test.data["env_id"] == env_id).to_numpy())
-        records = frame[frame["env_id"] == env_id]
-        table = selector_table(records, pick_times(rows.data, sel.ranker.score(rows.X)))
-        comp = report(table)
-        overall = comp[comp["group"] == "all"].set_index("selector")
         slug = gpu_slug(next(e for e in sel.manifest["environments"] if e["env_id"] == env_id))
-        out[slug] = {
-            s: {k: (None if pd.isna(v) else float(v)) for k, v in row.items() if k in SCORE_FIELDS}
-            for s, row in overall.iterrows()
-        }
+        out[slug] = scores(sel.ranker, frame[frame["env_id"] == env_id], rows)
     return out
 
 
