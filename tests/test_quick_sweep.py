@@ -68,5 +68,6 @@ def test_sweep_quick_dry_run_and_its_refusals(capsys, tmp_path: Path):
     assert out.startswith("2416 cases (2396 from the grid)")  # alexnet: 5 layers x 4; grids: 300 + 300 shapes x 4, less duplicates
     assert main(["sweep", "--quick", "3", "--grid", "4", "--out", str(tmp_path / "q"), "--dry-run"]) == 2
     assert "--quick chooses the shapes itself" in capsys.readouterr().err
-    assert main(["sweep", "--quick", "-1", "--out", str(tmp_path / "q"), "--dry-run"]) == 2
-    assert "--quick" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(["sweep", "--quick", "0", "--out", str(tmp_path / "q"), "--dry-run"])
+    assert stop.value.code == 2 and "argument --quick: expected a positive number, got '0'" in capsys.readouterr().err
