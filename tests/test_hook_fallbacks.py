@@ -45,13 +45,15 @@ def _trains_as_pytorch(block, model, x) -> None:
 
 
 def test_on_a_gpu_without_a_model_the_step_runs_pytorchs_own_convolutions(monkeypatch):
-    """An H100 (faked: the visible GPU is what the model's environment check reads): the shipped model is for the
-    H200, so `enabled()` warns once, naming the GPU and the fix, and every convolution is PyTorch's own."""
+    """An A100 (faked: the visible GPU is what the model's environment check reads): no shipped model covers it (the
+    H200's and the H100 + H200 joint model are of another family), so `enabled()` warns once, naming the GPU and
+    the fix, and every convolution is PyTorch's own."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
     model, x = _net(), torch.randn(2, 3, 8, 8)
     hook.reset_stats()
-    said = r"NVIDIA H100 80GB HBM3.*make a model for this GPU with `algosel sweep --quick.*PyTorch's own"
+    said = r"NVIDIA A100-SXM4-80GB.*make a model for this GPU with `algosel sweep --quick.*PyTorch's own"
     with pytest.warns(HookUnavailableWarning, match=said):
         _trains_as_pytorch(hook.enabled(step_aside=True), model, x)  # a configuration of its own: a new executor
     assert hook.stats() == {"pytorch:no model for this machine": 5}  # forward and weight gradient, then all three

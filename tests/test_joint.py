@@ -61,6 +61,12 @@ def two_gpus(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def joint(two_gpus, tmp_path_factory) -> tuple[Path, dict]:
+    """A joint model of the slice and its made-up H100 twin, trained once for the module."""
+    return train_joint([SLICE, two_gpus / "h100"], SMALL, models_root=tmp_path_factory.mktemp("models"), name="joint")
+
+
 def test_records_of_several_gpus_are_ranked_per_gpu():
     frame, _ = load_records(SLICE)
     key = frame["problem_key"].iloc[0]
@@ -80,8 +86,8 @@ def test_joint_environments_keep_every_gpu_of_the_main_cudnn(two_gpus):
     assert len(kept) == len(frame)
 
 
-def test_train_joint_saves_a_model_of_both_gpus(two_gpus, tmp_path):
-    out, summary = train_joint([SLICE, two_gpus / "h100"], SMALL, models_root=tmp_path, name="joint")
+def test_train_joint_saves_a_model_of_both_gpus(two_gpus, joint):
+    out, summary = joint
     manifest = json.loads((out / "manifest.json").read_text())
     names = {e["gpu_name"] for e in model_environments(manifest)}
     assert names == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
@@ -90,7 +96,7 @@ def test_train_joint_saves_a_model_of_both_gpus(two_gpus, tmp_path):
         assert scores["model"]["geomean"] >= 1.0
     assert "NVIDIA H100 80GB HBM3" in (out / "README.md").read_text()
     with pytest.raises(SelectorError, match="exists; pass --force"):
-        train_joint([SLICE, two_gpus / "h100"], SMALL, models_root=tmp_path, name="joint")
+        train_joint([SLICE, two_gpus / "h100"], SMALL, models_root=out.parent, name="joint")
 
 
 def test_train_joint_refuses_records_of_one_gpu(tmp_path):
@@ -122,8 +128,8 @@ def _fake_gpu(monkeypatch, name: str, capability: tuple[int, int], hardware: dic
     monkeypatch.setattr(environment, "_hardware_here", dict(hardware or {}))
 
 
-def test_a_joint_model_loads_on_its_gpus_and_warns_once_on_a_gpu_of_their_family(two_gpus, tmp_path, monkeypatch):
-    out, _ = train_joint([SLICE, two_gpus / "h100"], SMALL, models_root=tmp_path, name="joint")
+def test_a_joint_model_loads_on_its_gpus_and_warns_once_on_a_gpu_of_their_family(joint, monkeypatch):
+    out, _ = joint
     _fake_gpu(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -141,12 +147,12 @@ def test_a_joint_model_loads_on_its_gpus_and_warns_once_on_a_gpu_of_their_family
         Selector.load(out)
 
 
-def test_a_joint_model_ranks_for_the_hardware_it_is_given(two_gpus, tmp_path):
+def test_a_joint_model_ranks_for_the_hardware_it_is_given(joint):
     """Offline, the main GPU's hardware; given another GPU's environment, that GPU's hardware columns (the slowest
     candidate's predicted time changes with memory bandwidth where the trees split on it, and never errs)."""
     from algosel.problem import ConvProblem
 
-    out, _ = train_joint([SLICE, two_gpus / "h100"], SMALL, models_root=tmp_path, name="joint")
+    out, _ = joint
     sel = Selector.load(out)  # no GPU here: its main environment
     assert sel.target == sel.environment
     frame, _ = load_records(SLICE)
@@ -157,3 +163,62 @@ def test_a_joint_model_ranks_for_the_hardware_it_is_given(two_gpus, tmp_path):
     assert as_other.target["gpu_name"] == other["gpu_name"]
     ranked = as_other.choose(problem)
     assert {c.candidate_id for c in ranked} == {c.candidate_id for c in as_main}  # the same list, ranked for each
+
+
+def test_the_default_model_of_an_h100_is_the_shipped_joint_model_and_of_an_h800_too(monkeypatch):
+    """The shipped models: the H200's own, and the joint model of the H100 and H200 (models/joint-...)."""
+    from algosel.learn.models import default_model_dir
+
+    _fake_gpu(monkeypatch, "NVIDIA H200", (9, 0))
+    assert default_model_dir().name == "h200-cudnn91900"  # its own model first
+    _fake_gpu(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0))
+    assert default_model_dir().name == "joint-h100-h200-cudnn91900"
+    _fake_gpu(monkeypatch, "NVIDIA H800", (9, 0))
+    assert default_model_dir().name == "joint-h100-h200-cudnn91900"  # its family's joint model
+
+
+def test_the_hook_on_an_h800_uses_the_joint_model_with_one_warning_and_the_step_runs(monkeypatch):
+    from algosel.runtime import hook
+
+    _fake_gpu(monkeypatch, "NVIDIA H800", (9, 0), {"memory_bandwidth_gbps": 3350.0, "sm_count": 132})
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 8))
+    x = torch.randn(2, 3, 8, 8)
+    ref = net(x).square().mean()
+    from algosel.learn.models import default_model_dir
+
+    # The model named (the default one here): an executor of its own, not the process's default configuration's.
+    with pytest.warns(JointModelWarning, match="H800 has no model of its own"):
+        with hook.enabled(selector=str(default_model_dir()), step_aside=True) as ex:
+            loss = net(x).square().mean()
+            loss.backward()
+    assert torch.equal(loss.detach(), ref.detach())
+    assert ex.selector.environment["gpu_name"] in {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
+    assert not ex.unavailable
+
+
+def test_train_joint_on_the_command_line(two_gpus, tmp_path, capsys):
+    from algosel.cli import main
+
+    model = tmp_path / "one"
+    train_joint([SLICE, two_gpus / "h100"], SMALL, models_root=tmp_path, name="one")
+    argv = ["train", str(SLICE), str(two_gpus / "h100"), "--joint", "--params-from", str(model), "--models",
+            str(tmp_path), "--name", "two", "--threads", "1", "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "wrote" in out and "joint model of" in out and "h100-80gb-hbm3-cudnn91900 held-out model" in out
+    assert main([*argv[:-1], "--no-progress"]) == 2  # exists
+    assert "exists; pass --force" in capsys.readouterr().err
+    assert main(["train", str(SLICE), "--joint", "--models", str(tmp_path)]) == 2
+    assert "--joint does not tune" in capsys.readouterr().err
+
+
+def test_a_joint_model_scores_records_of_any_of_its_gpus_without_force(joint, two_gpus):
+    from algosel.learn.models import check_records_environment
+
+    out, _ = joint
+    sel = Selector.load(out)
+    _, envs = load_records(two_gpus / "h100")
+    assert check_records_environment(sel, out, next(iter(envs.values()))) == []
+    with pytest.raises(SelectorError, match="pass --force"):
+        check_records_environment(sel, out, {"gpu_name": "NVIDIA A100", "cudnn": 91900})
