@@ -95,7 +95,7 @@ def save_artifact(
     try:
         with atomic_directory(directory, replace=replace) as tmp:
             (tmp / MODEL_FILE).write_text(ranker.booster_.model_to_string(), encoding="utf-8")
-            cols = [c for c in CATALOGUE_COLUMNS if c in catalogue]
+            cols = [c for c in (*CATALOGUE_COLUMNS, "env_id") if c in catalogue]  # env_id: a joint model's
             catalogue[cols].to_parquet(tmp / CATALOGUE_FILE, index=False)
             for name, content in (extra_files or {}).items():
                 data = content.encode("utf-8") if isinstance(content, str) else content

@@ -54,6 +54,15 @@ def joint_environments(
     return frame, ordered
 
 
+def joint_catalogue(frame: pd.DataFrame, environments: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Every GPU's catalogue, marked by ``env_id``: a joint model loaded on one of its GPUs looks up that GPU's
+    records (its candidate lists and measured times), on another GPU of the family its main GPU's."""
+    return pd.concat(
+        [build_catalogue(frame[frame["env_id"] == e["env_id"]]).assign(env_id=e["env_id"]) for e in environments],
+        ignore_index=True,
+    )
+
+
 def fit_selector(
     train: Prepared,
     params: RankerParams,
@@ -65,7 +74,7 @@ def fit_selector(
     ranker = Ranker(params).fit_prepared(train.data, train.X)
     time_model = TimeModel(time_params).fit_prepared(train.data, train.X) if time_params is not None else None
     main = environments[0]
-    catalogue = build_catalogue(frame[frame["env_id"] == main["env_id"]])
+    catalogue = joint_catalogue(frame, environments)
     manifest = {
         "environment": dict(main),
         "environments": [dict(e) for e in environments],
@@ -171,7 +180,7 @@ def train_joint(
         lines.append("")
     if command:
         lines += ["Made by:", "", "```", command, "```", ""]
-    Selector(sel.ranker, manifest, sel.catalogue.frame, sel.time_model).save(
+    Selector(sel.ranker, manifest, joint_catalogue(frame, environments), sel.time_model).save(
         out, replace=force, extra_files={"README.md": "\n".join(lines)}
     )
     return out, summary

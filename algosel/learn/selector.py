@@ -214,6 +214,14 @@ class Selector:
         #: Candidate spaces the model was trained on (models of schema 1 without the field: the first three).
         self.spaces: tuple[str, ...] = tuple(manifest.get("spaces", SPACES_DEFAULT))
         self.space = space_of(self.spaces)
+        #: The GPU ranked for (its hardware features): the model's own, or where a joint model loads on a GPU of
+        #: its family, that GPU (:func:`check_environment`).
+        self.target = dict(target or self.environment)
+        self._saved_catalogue = catalogue  # what save() writes: a joint model's keeps every GPU's records
+        if "env_id" in catalogue.columns:  # a joint model's: the records of the GPU ranked for, else the main GPU's
+            ids = set(catalogue["env_id"])
+            mine = self.target.get("env_id") if self.target.get("env_id") in ids else self.environment.get("env_id")
+            catalogue = catalogue[catalogue["env_id"] == mine].drop(columns="env_id").reset_index(drop=True)
         self.catalogue = Catalogue(catalogue, self.environment)
         self._listed = tuple(s for s in self.spaces if s in space_names() and get_space(s).from_lists)
         self._cache: dict[tuple, list[Choice]] = {}
@@ -222,9 +230,6 @@ class Selector:
         self._times: dict[tuple, dict[str, float]] = {}
         self._nearest_rows: dict[str, list[dict[str, Any]]] = {}  # a nearest problem's rows, as new problems get them
         self._ranked_rows: dict[ConvProblem, list[dict[str, Any]]] = {}  # the last list rank_rows ranked per problem
-        #: The GPU ranked for (its hardware features): the model's own, or where a joint model loads on a GPU of
-        #: its family, that GPU (:func:`check_environment`).
-        self.target = dict(target or self.environment)
         self._hardware = hardware_vector(self.target)
 
     # ------------------------------------------------------------------------------------------ persistence
@@ -237,7 +242,7 @@ class Selector:
         if self.time_model is not None:
             files[TIME_MODEL_FILE] = self.time_model.model_text()
         return save_artifact(
-            directory, self.ranker, self.manifest, self.catalogue.frame, extra_files=files, replace=replace
+            directory, self.ranker, self.manifest, self._saved_catalogue, extra_files=files, replace=replace
         )
 
     @classmethod
