@@ -1,7 +1,7 @@
 """What a selector knows about a GPU it was not trained on, and how many of that GPU's shapes a joint model needs.
 
     python benchmarks/gpu_transfer.py --known D [D ...] --new D [D ...] --model models/h200-cudnn91900 \
-        [--fractions 0.1,0.25,0.5] [--seeds 0,1,2] [--threads 2] [--out results/]
+        [--fractions 0.1,0.25,0.5] [--seeds 0,1,2] [--threads 2] [--curve-only] [--out results/]
 
 ``--known``: records of the GPU(s) a shipped model was trained on (the H200's six datasets); ``--new``: records of
 the new GPU (the H100's). Every model is fitted with ``--model``'s hyperparameters (no tuning), on the training
@@ -48,7 +48,7 @@ def share(shapes: np.ndarray, fraction: float, seed: int) -> np.ndarray:
 
 
 def run(known: list[str], new: list[str], model: str, fractions: list[float], seeds: list[int], threads: int,
-        progress=print) -> pd.DataFrame:  # fmt: skip
+        progress=print, curve_only: bool = False) -> pd.DataFrame:  # fmt: skip
     """The rows of the table (see the module docstring): ``gpu``, ``selector``, ``seed`` and :data:`COLUMNS`."""
     from algosel.learn.artifact import tuned_params  # noqa: PLC0415
     from algosel.learn.evaluate import Prepared, is_test_shape  # noqa: PLC0415
@@ -87,7 +87,8 @@ def run(known: list[str], new: list[str], model: str, fractions: list[float], se
             label = name if sel == "model" else sel
             rows.append({"gpu": gpu, "selector": label, "seed": seed, **{c: got[sel][c] for c in COLUMNS}})
         progress(f"  {gpu} {name:<14} seed {seed}: geomean {got['model']['geomean']:.4f}, within 5% "
-                 f"{100 * got['model']['within_5pct']:.1f}%  ({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+                 f"{100 * got['model']['within_5pct']:.1f}%, total {got['model']['total_time_ratio']:.4f}  "
+                 f"({time.perf_counter() - t0:.0f} s)")  # fmt: skip
 
     def fit(mask: np.ndarray, seed: int = 0):
         part = prep.rows(mask)
@@ -96,15 +97,17 @@ def run(known: list[str], new: list[str], model: str, fractions: list[float], se
     shipped = Selector.load(model, force=True).ranker
     add(slug_new, "known model", None, shipped, records_new, test_new, baselines=True)
     add(slug_new, "new only", 0, fit(~test & on_new), records_new, test_new)
-    joint = fit(~test)
-    add(slug_new, "joint", 0, joint, records_new, test_new)
+    if not curve_only:
+        joint = fit(~test)
+        add(slug_new, "joint", 0, joint, records_new, test_new)
     for fraction in fractions:
         for seed in seeds:
             mask = ~test & (on_known | (on_new & share(prep.shape, fraction, seed)))
             add(slug_new, f"joint {fraction:g}", seed, fit(mask, seed), records_new, test_new)
-    add(slug_known, "known model", None, shipped, records_known, test_known, baselines=True)
-    add(slug_known, "known refit", 0, fit(~test & on_known), records_known, test_known)
-    add(slug_known, "joint", 0, joint, records_known, test_known)
+    if not curve_only:
+        add(slug_known, "known model", None, shipped, records_known, test_known, baselines=True)
+        add(slug_known, "known refit", 0, fit(~test & on_known), records_known, test_known)
+        add(slug_known, "joint", 0, joint, records_known, test_known)
     return pd.DataFrame(rows)
 
 
@@ -153,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None)
     ap.add_argument("--smoke", action="store_true", help="the committed slice as two GPUs (a check of the script)")
+    ap.add_argument("--curve-only", action="store_true", help="leave out the full joint model and the known GPU's rows")
     args = ap.parse_args(argv)
     try:
         fractions = [float(f) for f in args.fractions.split(",") if f]
@@ -168,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         args.known, args.new, args.model = smoke_data(tmp)
     elif not args.known or not args.new:
         ap.error("give --known and --new records (or --smoke)")
-    rows = run(args.known, args.new, args.model, fractions, seeds, args.threads)
+    rows = run(args.known, args.new, args.model, fractions, seeds, args.threads, curve_only=args.curve_only)
     text = table(rows)
     print(text)
     if args.out:
