@@ -32,7 +32,7 @@ import torch
 
 from algosel.problem import ConvProblem
 from algosel.runtime.blocks import Blocks
-from algosel.runtime.cache import Decision, RuntimeCache
+from algosel.runtime.cache import Decision, RuntimeCache, runtime_environment
 from algosel.runtime.candidates import CandidateSource, ModelCandidates
 from algosel.runtime.decisions import EXEMPT, LOOK, Decider
 from algosel.runtime.device import CudaDevice, DeviceProbe
@@ -186,17 +186,7 @@ class Executor:
         return self._cache
 
     def _environment(self) -> dict[str, Any]:
-        try:
-            import cudnn  # noqa: PLC0415
-
-            frontend = getattr(cudnn, "__version__", "?")
-        except ImportError:
-            frontend = "none"
-        from algosel.version import __version__  # noqa: PLC0415
-
-        return {"gpu_name": torch.cuda.get_device_name(), "cudnn": int(torch.backends.cudnn.version() or 0),
-                "torch": torch.__version__, "cudnn_frontend": frontend,
-                "model": self.selector.manifest.get("data_fingerprint", "?"), "algosel": __version__}  # fmt: skip
+        return runtime_environment(self.selector)
 
     def _new_table(self) -> Any:
         """A new dispatch table of the compiled path; None without it, or while recording (a recorder counts every

@@ -52,15 +52,17 @@ class Measurer(Protocol):
         """One row per candidate (``candidate_id``, ``status``, ``time_ms_median``, ``host_overhead_us``)."""
 
 
-def runtime_measurer(policy: SwitchPolicy) -> Measurer:
+def runtime_measurer(policy: SwitchPolicy, math: str = "caller") -> Measurer:
     """The sweeper as verify mode times with it: ``policy.timer``'s small budget, one operand set, candidates checked
     against PyTorch's default (listed first) under the caller's TF32 switches (an exact reference, or switches set
-    otherwise, made PyTorch build a plan of its own per problem: a third of EfficientNet-B0's cold pass)."""
+    otherwise, made PyTorch build a plan of its own per problem: a third of EfficientNet-B0's cold pass).
+    ``math="problem"``: the switches set for the problem's dtype instead (``algosel.predict``, whose caller may not
+    be PyTorch at all)."""
     from algosel.measure.sweep import Sweeper  # noqa: PLC0415
     from algosel.measure.timing import CudaEventTimer  # noqa: PLC0415
 
     timer = CudaEventTimer(**policy.timer.as_kwargs())
-    return Sweeper([], timer, {"env_id": "runtime"}, operand_sets=1, reference="first", math="caller",
+    return Sweeper([], timer, {"env_id": "runtime"}, operand_sets=1, reference="first", math=math,
                    slow_build_s=policy.verify_slow_build_s)  # fmt: skip
 
 
