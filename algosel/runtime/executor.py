@@ -129,7 +129,8 @@ class Executor:
         self.candidates = candidates or ModelCandidates(selector, max_workspace_bytes, live)
         self.verifier = Verifier(policy, selector, self.candidates, verify, measurer, clock)
         self.decider = Decider(policy, selector, self.candidates, self.verifier, self.device_probe,
-                               self.runtime_cache, self.native_module, max_workspace_bytes)  # fmt: skip
+                               self.runtime_cache, self.native_module, max_workspace_bytes,
+                               self.device_bound)  # fmt: skip
         self.plans = PlanBook(self.call_stats, self.runtime_cache, self.native_module, self._lock)
         self.routes = RouteBook()
         self.dispatch = Dispatch(self._new_table, self.call_stats.add_table)
@@ -304,6 +305,17 @@ class Executor:
 
     def busy_fractions(self) -> tuple[float, float]:
         return self.blocks.busy_fractions()
+
+    def device_bound(self) -> bool:
+        """Whether the step is GPU-bound by the looks so far: at least ``device_bound_min_looks`` of them, pooled
+        over the executor's routes (forward and backward), of which ``device_bound_busy_fraction`` found the device
+        busy."""
+        looks = getattr(self, "probation", None)  # (none while the executor is being made)
+        if looks is None:
+            return False
+        looks = looks.looks
+        total, busy = looks.calls + looks.back_calls, looks.busy + looks.back_busy
+        return total >= self.policy.device_bound_min_looks and busy >= self.policy.device_bound_busy_fraction * total
 
     def deciding(self) -> int:
         """Call signatures still looking at the device or on probation, plus one while a step trial is under way or
