@@ -102,6 +102,8 @@ VERIFY_K = int(os.environ.get("ALGOSEL_ZOO_VERIFY_K") or 3)
 #: verify mode times at the first call, without looking first), for prediction and verify mode; rows record it.
 PROBE_CALLS = int(os.environ["ALGOSEL_ZOO_PROBE_CALLS"]) if os.environ.get("ALGOSEL_ZOO_PROBE_CALLS") else None
 SETTLE_PASSES = 40
+#: ``--budget-s``: what the first job of a run is expected to take (later ones: the longest so far).
+BUDGET_FIRST_JOB_S = 60.0
 #: ``--force``: the hook's model (``--model``, else the shipped one) loaded for this GPU whatever GPU it was trained
 #: for (an H100 running the H200's model); rows say so (``forced_model``).
 FORCE = os.environ.get("ALGOSEL_ZOO_FORCE") == "1"
@@ -634,8 +636,9 @@ def done_rows(out: Path) -> set[tuple[str, str, str, int]]:
 
 def drive(args, script: str = __file__, summary=None) -> None:
     """Run the jobs, a process each (``script --child``), appending their rows to ``--out``; then print the table.
-    ``--resume``: jobs whose rows are there already are not run again; ``--budget-s``: no job is started once the
-    time spent plus a job's ``--timeout-s`` would pass it (a later call with ``--resume`` goes on)."""
+    ``--resume``: jobs whose rows are there already are not run again. ``--budget-s``: a job is started only where
+    the time left holds the longest job of this run so far (the first: ``BUDGET_FIRST_JOB_S``), and is stopped when
+    the budget is spent (an error row, which ``--resume`` runs again); a later call with ``--resume`` goes on."""
     missing = None if args.python_path else missing_compiled_path(args.device)
     if missing:
         raise SystemExit(f"zoo.py: {missing}; build it (algosel build-ext) or pass --python-path to measure without it")
@@ -643,16 +646,20 @@ def drive(args, script: str = __file__, summary=None) -> None:
     jobs = args.jobs.split(",")
     out = Path(args.out)
     done = done_rows(out) if args.resume else set()
-    started = time.perf_counter()
+    started, job_times_s = time.perf_counter(), []
     for job, net, process in run_order(nets, jobs, args.processes):
         dtypes = args.dtypes.split(",") if job != "benchmark" or net != "fpn" else ("float32",)
         dtypes = [d for d in dtypes if (job, net, d, process) not in done]
         if not dtypes:
             continue
-        if args.budget_s and time.perf_counter() - started + args.timeout_s > args.budget_s:
-            print(f"budget: {args.budget_s:g} s would be passed; stopping before {job} {net} (run again with "
-                  f"--resume to go on)", flush=True)  # fmt: skip
-            break
+        timeout_s = args.timeout_s
+        if args.budget_s:
+            left_s = args.budget_s - (time.perf_counter() - started)
+            if left_s < min(max(job_times_s, default=BUDGET_FIRST_JOB_S), timeout_s):
+                print(f"budget: {args.budget_s:g} s would be passed; stopping before {job} {net} (run again with "
+                      f"--resume to go on)", flush=True)  # fmt: skip
+                break
+            timeout_s = min(timeout_s, left_s)
         # One process per (job, network): the dtypes share it (their shapes differ, so do PyTorch's plans).
         cmd = [sys.executable, script, "--child", "--job", job, "--net", net, "--dtype", ",".join(dtypes),
                "--device", args.device, "--rounds", str(args.rounds),
@@ -671,7 +678,7 @@ def drive(args, script: str = __file__, summary=None) -> None:
         )
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, check=False, env=env)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, env=env)
             rows = [json.loads(ln[7:]) for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             done = {r["dtype"] for r in rows}
             rows += [{"net": net, "dtype": d, "job": job, "error": proc.stderr[-1500:] or "no result"}
@@ -680,9 +687,10 @@ def drive(args, script: str = __file__, summary=None) -> None:
             out_text = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
             rows = [json.loads(ln[7:]) for ln in out_text.splitlines() if ln.startswith("RESULT ")]
             done = {r["dtype"] for r in rows}
-            rows += [{"net": net, "dtype": d, "job": job, "error": f"timed out after {args.timeout_s} s"}
+            rows += [{"net": net, "dtype": d, "job": job, "error": f"timed out after {timeout_s:.0f} s"}
                      for d in dtypes if d not in done]  # fmt: skip
         job_s = round(time.perf_counter() - t0, 1)
+        job_times_s.append(job_s)
         for row in rows:
             row["job_s"] = job_s
             with out.open("a") as fh:

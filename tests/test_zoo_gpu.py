@@ -64,8 +64,11 @@ def test_the_tables_give_the_busy_fraction_the_ratios_and_the_card(gpu_zoo):
               "verify_cold_first_pass_s": 1.5, "tuned_first_pass_s": 12.0, "gpu": "NVIDIA H100 80GB HBM3",
               "forced_model": True}  # fmt: skip
     (line,) = zoo_gpu.busy_lines([paired])[2:]
-    assert line.startswith("| unet | amp | 16 | 100.00 | 0.97 | 1.000 (1.000-1.000) | 0.950 (0.950-0.950) |")
-    assert "| 20.0// | //90.0 | 1.50 | 12.00 | NVIDIA H100 80GB HBM3 (H200 model forced) |" in line
+    assert line.startswith("| unet | amp | 16 | 100.00 | 0.97 | 1.000 (1.000-1.000) | 0.950 (0.950-0.950) |  |  |  |")
+    assert "| 20.0// | //90.0 | 1.50 | 12.00 | 0.125 | NVIDIA H100 80GB HBM3 (H200 model forced) |" in line
+    # benchmark mode paired 0.94x the default, verify mode 0.95x: 0.95 / 0.94 and 5 of its 6 points of gain
+    (line,) = zoo_gpu.busy_lines([{**paired, "tuned_steps_ms": [94.0] * 4}])[2:]
+    assert "| 0.940 (0.940-0.940) | 1.011 (1.011-1.011) | 0.83 |" in line
     runs = [{"net": "d", "dtype": "amp", "job": f"run_{arm}", "arm": arm, "run_s": s, "first_pass_s": s / 2,
              "steady_pass_s": 0.1} for arm, s in (("default", 10.0), ("benchmark", 40.0), ("verify", 8.0))]  # fmt: skip
     lines = zoo_gpu.run_lines(runs)
@@ -131,3 +134,17 @@ def test_runs_names_the_multiscale_arms_and_an_unknown_network_is_one_line(gpu_z
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.endswith("--nets: unknown alexnet (choose from " + ",".join(zoo.NETS) + ")")
     assert sys.path  # (the fixture's path is taken off again by monkeypatch)
+
+
+def test_a_job_that_would_run_past_the_budget_is_stopped_there_and_run_again_with_resume(gpu_zoo, tmp_path,
+                                                                                         monkeypatch):  # fmt: skip
+    zoo, _ = gpu_zoo
+    child = tmp_path / "slow.py"
+    child.write_text("import time; time.sleep(30)\n")
+    out = tmp_path / "z.jsonl"
+    monkeypatch.setattr(zoo, "BUDGET_FIRST_JOB_S", 0.1)  # the first job is expected short: it is started
+    zoo.main(["--device", "cpu", "--nets", "unet", "--jobs", "paired", "--dtypes", "float32", "--out", str(out),
+              "--resume", "--budget-s", "1"], script=str(child), summary=lambda p: "")  # fmt: skip
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["error"] == "timed out after 1 s" and row["job_s"] < 10  # killed when the budget ran out
+    assert zoo.done_rows(out) == set()  # so --resume runs it again
