@@ -75,6 +75,9 @@ class Executor:
     record : path, optional
         Keep the convolutions met whose problems the model's records lack, with call counts, in this layers file
         (:mod:`algosel.runtime.unseen`; default: ``$ALGOSEL_RECORD_UNSEEN``, if set), for ``algosel sweep --layers``.
+    record_measured : path or MeasuredRecords, optional
+        Keep what verify mode measures as records in this dataset folder, for ``algosel train``
+        (:mod:`algosel.runtime.measured`).
     step_aside : bool
         Leave ``F.conv2d`` as PyTorch's own in blocks once nothing is switched (:mod:`algosel.runtime.blocks`).
     look_first : bool
@@ -96,12 +99,15 @@ class Executor:
                  min_gain_us: float | None = None, max_workspace_bytes: int | None = None,
                  cache: bool | str | os.PathLike | RuntimeCache = True, native: bool | None = None,
                  record: str | os.PathLike | None = None, probe_calls: int | None = None, step_aside: bool = True,
-                 look_first: bool = True, policy: SwitchPolicy | None = None,
+                 look_first: bool = True, policy: SwitchPolicy | None = None, record_measured: Any = None,
                  candidates: CandidateSource | None = None, measurer: Measurer | None = None,
                  device_probe: DeviceProbe | None = None, clock: Callable[[], float] = time.perf_counter):  # fmt: skip
         # the arguments first, the model after: a mistake is said before any long work
         if record is not None and not isinstance(record, (str, os.PathLike)):
             raise ValueError(f"record must be the path of a layers file, got {record!r}")
+        if record_measured is not None and not isinstance(record_measured, (str, os.PathLike)):
+            if not hasattr(record_measured, "add"):
+                raise ValueError(f"record_measured must be the path of a dataset folder, got {record_measured!r}")
         if policy is not None and not isinstance(policy, SwitchPolicy):
             raise ValueError(f"policy must be a SwitchPolicy, got {policy!r}")
         policy = policy or DEFAULT_POLICY
@@ -128,6 +134,11 @@ class Executor:
         self.call_stats = CallStats()
         self.candidates = candidates or ModelCandidates(selector, max_workspace_bytes, live)
         self.verifier = Verifier(policy, selector, self.candidates, verify, measurer, clock)
+        if record_measured is not None:
+            from algosel.runtime.measured import MeasuredRecords  # noqa: PLC0415
+
+            is_records = hasattr(record_measured, "add")
+            self.verifier.records = record_measured if is_records else MeasuredRecords(record_measured)
         self.decider = Decider(policy, selector, self.candidates, self.verifier, self.device_probe,
                                self.runtime_cache, self.native_module, max_workspace_bytes,
                                self.device_bound)  # fmt: skip

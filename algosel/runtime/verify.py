@@ -86,6 +86,8 @@ class Verifier:
         self.clock = clock
         self.planning_s = 0.0  # seconds spent measuring, for benchmarks of the first pass
         self.measured_problems = 0
+        #: Where the rows of every measurement also go (``Executor(record_measured=...)``): a MeasuredRecords
+        self.records: Any = None
 
     def measurer(self) -> Measurer:
         if self._measurer is None:
@@ -192,6 +194,8 @@ class Verifier:
             rows = measure()
         else:  # where the network's backward runs (the verifier's device: the current one), and builds its plans
             rows = on_autograd_thread(measure, torch.device("cuda", torch.cuda.current_device()))
+        if self.records is not None:
+            self.records.add(problem, rows)
         times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows if r["status"] == "ok"}
         host_us = {r["candidate_id"]: float(r["host_overhead_us"]) for r in rows
                    if r["status"] == "ok" and finite(r.get("host_overhead_us"))}  # fmt: skip
