@@ -17,9 +17,10 @@ pytestmark = [
 ]
 
 
-def _step_ms(step, iterations: int = 20) -> float:
-    """Median device-timeline ms of ``step`` over ``iterations`` runs (after five warm-up runs: decisions made)."""
-    for _ in range(5):
+def _step_ms(step, iterations: int = 20, warmup: int = 30) -> float:
+    """Median device-timeline ms of ``step`` over ``iterations`` runs, after ``warmup`` runs (the hook's decisions
+    made and its step trial over: 16 blocks, half of them without the switches)."""
+    for _ in range(warmup):
         step()
     torch.cuda.synchronize()
     times = []
