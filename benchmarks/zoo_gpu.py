@@ -1,7 +1,7 @@
 """The GPU-bound zoo: training steps that keep the GPU busy, the hook against PyTorch's default and benchmark mode.
 
     python benchmarks/zoo_gpu.py --out $OUT/zoo_gpu.jsonl --resume --budget-s 500 [--force] [--nets N,..]
-        [--jobs paired,benchmark,warm] [--dtypes float32,amp] [--rounds 10]
+        [--jobs paired,benchmark,warm] [--dtypes float32,amp] [--rounds 8] [--slot-steps 2]
     python benchmarks/zoo_gpu.py --out $OUT/zoo_gpu.jsonl --resume --nets detector_ms30 --jobs runs
     python benchmarks/zoo_gpu.py --summarize $OUT/zoo_gpu.jsonl
     python benchmarks/zoo_gpu.py --smoke --out /tmp/z.jsonl          # CPU: every network and job, tiny sizes
@@ -256,6 +256,9 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["ALGOSEL_ZOO_SMOKE"] = "1"
         argv = ["--device", "cpu", "--rounds", "2", "--slot-steps", "1", *argv]
         zoo.SMOKE = True  # this process's builders read it (its children read the environment)
+    # GPU-bound steps are long: fewer rounds and slots of 2 steps resolve what 30 rounds of 3 do on host-bound ones,
+    # and a paired process of two dtypes (benchmark mode's tuning in each) may take minutes (given flags win)
+    argv = ["--rounds", "8", "--slot-steps", "2", "--timeout-s", "420", *argv]
     register()
     jobs = []
     if "--jobs" in argv:  # "runs": the multi-scale run's arms, a process each
