@@ -567,7 +567,9 @@ def cmd_cache(args) -> int:
                 print(f"{folder}: not a runtime cache folder ({why})")
                 continue
             s = RuntimeCache(root, env).summary()
-            print(f"{s['folder']}: {s['decisions']} decisions {s['by_source']}, {s['plans']} plans "
+            hook_decisions = s["decisions"] - s["predict_measured"]
+            print(f"{s['folder']}: {hook_decisions} decisions of the hook {s['by_source']}, "
+                  f"{s['predict_measured']} problems measured by predict(verify=k), {s['plans']} plans "
                   f"({s['plan_bytes']} bytes); {env.get('gpu_name')}, cuDNN {env.get('cudnn')}, "
                   f"torch {env.get('torch')}, model {env.get('model')}")  # fmt: skip
         return 0

@@ -102,6 +102,15 @@ VERIFY_K = int(os.environ.get("ALGOSEL_ZOO_VERIFY_K") or 3)
 #: verify mode times at the first call, without looking first), for prediction and verify mode; rows record it.
 PROBE_CALLS = int(os.environ["ALGOSEL_ZOO_PROBE_CALLS"]) if os.environ.get("ALGOSEL_ZOO_PROBE_CALLS") else None
 SETTLE_PASSES = 40
+#: ``--budget-s``: what the first job of a run is expected to take (later ones: the longest so far).
+BUDGET_FIRST_JOB_S = 60.0
+#: ``--force``: the hook's model (``--model``, else the shipped one) loaded for this GPU whatever GPU it was trained
+#: for (an H100 running the H200's model); rows say so (``forced_model``).
+FORCE = os.environ.get("ALGOSEL_ZOO_FORCE") == "1"
+#: Builders of networks beyond this file's kinds, by kind (benchmarks/zoo_gpu.py registers its own):
+#: ``builder(name, batch, size, memory_format, device) -> (model, inputs)``, ``inputs`` a list of argument lists
+#: (a step takes the next one in turn).
+BUILDERS: dict = {}
 
 
 # ----------------------------------------------------------------------------------------------- one job
@@ -114,9 +123,11 @@ def _build(name: str, dtype: str, device: str):
     torch.manual_seed(0)
     amp = dtype == "amp"
     mf = torch.channels_last if amp else torch.contiguous_format
-    if kind == "fpn":
+    if kind in BUILDERS:
+        model, inputs = BUILDERS[kind](name, batch, size, mf, device)
+    elif kind == "fpn":
         model = FPNHead().to(device).to(memory_format=mf)
-        sizes = [(h // 16, w // 16) for h, w in FPN_SIZES[:3]] if SMOKE else FPN_SIZES  # smoke: a few ms a step
+        sizes = [(h // 32, w // 32) for h, w in FPN_SIZES[:3]] if SMOKE else FPN_SIZES  # smoke: a few ms a step
         inputs = [
             [t.contiguous(memory_format=mf) for t in model.example_inputs(h, w, batch, device=device)] for h, w in sizes
         ]
@@ -125,7 +136,7 @@ def _build(name: str, dtype: str, device: str):
         from mynet import make_model
 
         model = make_model().to(device).to(memory_format=mf)
-        batch, size = (2, 64) if SMOKE else (batch, size)
+        batch, size = (2, 32) if SMOKE else (batch, size)
         inputs = [[torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=mf)]]
     else:
         import torchvision
@@ -138,10 +149,13 @@ def _build(name: str, dtype: str, device: str):
         model = model.to(memory_format=mf)
         inputs = [[torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=mf)]]
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    # a CPU run (the smoke run) autocasts to bfloat16: the CPU's float16 convolutions are reference kernels, 5x
+    # slower than float32 there, and the smoke run checks the driver, not the kernels
+    half = torch.float16 if device.startswith("cuda") else torch.bfloat16
 
     def step(i: int):
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(device, dtype=torch.float16, enabled=amp):
+        with torch.autocast(device, dtype=half, enabled=amp):
             out = model(*inputs[i % len(inputs)])
         if isinstance(out, dict):
             out = out["out"]
@@ -158,11 +172,7 @@ def _mode(mode: str, hook):
     does not reuse what verify mode measured in the same run; the control passes every convolution through."""
     from algosel.runtime.native import cache_root
 
-    sel = {}
-    if MODEL:
-        from algosel.learn.selector import Selector
-
-        sel = {"selector": _selector(Selector, MODEL)}
+    sel = selector_kwargs()
     # the least gain and the probe calls apply where the hook decides (prediction and verify mode); the native mode
     # sets its own least gain and never switches
     deciding = {} if MIN_GAIN_US is None else {"min_gain_us": MIN_GAIN_US}
@@ -204,12 +214,22 @@ def _tuned():
 _selectors: dict = {}
 
 
-def _selector(cls, path: str):
+def _selector(cls, path: str, force: bool = False):
     """One Selector per model directory (the hook's executors are shared per configuration, the selector's
     identity included)."""
     if path not in _selectors:
-        _selectors[path] = cls.load(path)
+        _selectors[path] = cls.load(path, force=force)
     return _selectors[path]
+
+
+def selector_kwargs() -> dict:
+    """The hook's ``selector=`` for ``--model`` and ``--force`` (none: the shipped model for this GPU)."""
+    if not MODEL and not FORCE:
+        return {}
+    from algosel.learn.models import default_model_dir
+    from algosel.learn.selector import Selector
+
+    return {"selector": _selector(Selector, MODEL or str(default_model_dir()), force=FORCE)}
 
 
 def _run_steps(step, ctx, count: int, first: int = 0) -> None:
@@ -464,6 +484,8 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
             out[f"{m}_threads_vs_default_ms"] = thread_deltas_ms(threads, m)
         if device == "cuda":
             out[f"{m}_kernel_ms"] = _kernel_ms(step, ctx[m], n)
+            # the share of the step the GPU runs kernels: >= 0.9 is a GPU-bound step
+            out[f"{m}_busy_fraction"] = out[f"{m}_kernel_ms"] / out[f"{m}_step_ms"]
     for m in ("verify", "predict"):
         # calls of one more pass by route (empty where the executor steps aside), and its routes by reason
         hook.reset_stats()
@@ -503,6 +525,7 @@ def job_benchmark(name: str, dtype: str, device: str = "cuda", blocks: int = 4, 
     out["benchmark_host_ms"] = _host_ms(step, ctx, per_block, sync)
     if device == "cuda":
         out["benchmark_kernel_ms"] = _kernel_ms(step, ctx, n)
+        out["benchmark_busy_fraction"] = out["benchmark_kernel_ms"] / out["benchmark_step_ms"]
     return out
 
 
@@ -546,6 +569,10 @@ def _child(args) -> int:
             kwargs = {"rounds": args.rounds, "slot_steps": args.slot_steps} if args.job == "paired" else {}
             result = JOBS[args.job](args.net, dtype, args.device, **kwargs)
             result["process"] = PROCESS
+            if FORCE:
+                result["forced_model"] = True
+            if device_name := _device_name(args.device):
+                result["gpu"] = device_name  # timings of different cards are never compared
             if MIN_GAIN_US is not None or VERIFY_K != 3 or PROBE_CALLS is not None:
                 result["hook_config"] = {"min_gain_us": MIN_GAIN_US, "verify_k": VERIFY_K}
                 if PROBE_CALLS is not None:
@@ -558,6 +585,14 @@ def _child(args) -> int:
                       "error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1200:]}"}  # fmt: skip
         print("RESULT " + json.dumps(result, default=float), flush=True)
     return 0
+
+
+def _device_name(device: str) -> str | None:
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    return torch.cuda.get_device_name()
 
 
 def _compiled_path_status() -> str:
@@ -585,22 +620,48 @@ def run_order(nets: list[str], jobs: list[str], processes: int) -> list[tuple[st
     runs = []
     for net in nets:
         for k in range(processes):
-            order = jobs if k % 2 == 0 or "warm" in jobs else jobs[::-1]
+            order = jobs if k % 2 == 0 or any(j.endswith("warm") for j in jobs) else jobs[::-1]
             runs += [(job, net, k) for job in order]
     return runs
 
 
-def drive(args) -> None:
+def done_rows(out: Path) -> set[tuple[str, str, str, int]]:
+    """(job, network, dtype, process) of the rows of ``out`` that hold a result (not an error): what ``--resume``
+    does not run again."""
+    if not out.is_file():
+        return set()
+    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    return {(r["job"], r["net"], r["dtype"], r.get("process", 0)) for r in rows if "error" not in r}
+
+
+def drive(args, script: str = __file__, summary=None) -> None:
+    """Run the jobs, a process each (``script --child``), appending their rows to ``--out``; then print the table.
+    ``--resume``: jobs whose rows are there already are not run again. ``--budget-s``: a job is started only where
+    the time left holds the longest job of this run so far (the first: ``BUDGET_FIRST_JOB_S``), and is stopped when
+    the budget is spent (an error row, which ``--resume`` runs again); a later call with ``--resume`` goes on."""
     missing = None if args.python_path else missing_compiled_path(args.device)
     if missing:
         raise SystemExit(f"zoo.py: {missing}; build it (algosel build-ext) or pass --python-path to measure without it")
     nets = list(NETS) if args.nets == "all" else args.nets.split(",")
     jobs = args.jobs.split(",")
     out = Path(args.out)
+    done = done_rows(out) if args.resume else set()
+    started, job_times_s = time.perf_counter(), []
     for job, net, process in run_order(nets, jobs, args.processes):
         dtypes = args.dtypes.split(",") if job != "benchmark" or net != "fpn" else ("float32",)
+        dtypes = [d for d in dtypes if (job, net, d, process) not in done]
+        if not dtypes:
+            continue
+        timeout_s = args.timeout_s
+        if args.budget_s:
+            left_s = args.budget_s - (time.perf_counter() - started)
+            if left_s < min(max(job_times_s, default=BUDGET_FIRST_JOB_S), timeout_s):
+                print(f"budget: {args.budget_s:g} s would be passed; stopping before {job} {net} (run again with "
+                      f"--resume to go on)", flush=True)  # fmt: skip
+                break
+            timeout_s = min(timeout_s, left_s)
         # One process per (job, network): the dtypes share it (their shapes differ, so do PyTorch's plans).
-        cmd = [sys.executable, __file__, "--child", "--job", job, "--net", net, "--dtype", ",".join(dtypes),
+        cmd = [sys.executable, script, "--child", "--job", job, "--net", net, "--dtype", ",".join(dtypes),
                "--device", args.device, "--rounds", str(args.rounds),
                "--slot-steps", str(args.slot_steps),
                *(["--cpus", args.cpus] if args.cpus else [])]  # fmt: skip
@@ -613,10 +674,11 @@ def drive(args) -> None:
             **({"ALGOSEL_ZOO_MIN_GAIN_US": str(args.min_gain_us)} if args.min_gain_us is not None else {}),
             **({"ALGOSEL_ZOO_VERIFY_K": str(args.verify_k)} if args.verify_k is not None else {}),
             **({"ALGOSEL_ZOO_PROBE_CALLS": str(args.probe_calls)} if args.probe_calls is not None else {}),
+            **({"ALGOSEL_ZOO_FORCE": "1"} if args.force else {}),
         )
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, check=False, env=env)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, env=env)
             rows = [json.loads(ln[7:]) for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             done = {r["dtype"] for r in rows}
             rows += [{"net": net, "dtype": d, "job": job, "error": proc.stderr[-1500:] or "no result"}
@@ -625,9 +687,10 @@ def drive(args) -> None:
             out_text = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
             rows = [json.loads(ln[7:]) for ln in out_text.splitlines() if ln.startswith("RESULT ")]
             done = {r["dtype"] for r in rows}
-            rows += [{"net": net, "dtype": d, "job": job, "error": f"timed out after {args.timeout_s} s"}
+            rows += [{"net": net, "dtype": d, "job": job, "error": f"timed out after {timeout_s:.0f} s"}
                      for d in dtypes if d not in done]  # fmt: skip
         job_s = round(time.perf_counter() - t0, 1)
+        job_times_s.append(job_s)
         for row in rows:
             row["job_s"] = job_s
             with out.open("a") as fh:
@@ -637,7 +700,7 @@ def drive(args) -> None:
             brief = {k: row[k] for k in keys if k in row}
             print(f"{job:9s} {net:20s} {row['dtype']:7s} {job_s:6.1f}s {json.dumps(brief, default=float)[:300]}",
                   flush=True)  # fmt: skip
-    print(summarize(out))
+    print((summary or summarize)(out))
 
 
 def _slot_ratios(row: dict, mode: str, base: str = "default"):
@@ -717,7 +780,11 @@ def summarize(path: Path) -> str:
     """The zoo table from a results file (hook modes as ratios to the default's neighbouring slots; host and kernel
     time per step for default / prediction / verify / pass-through control; verify warm against benchmark mode's
     steady step, and verify's cold first pass against benchmark mode's tuning, where both were run)."""
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return summarize_rows([json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()])
+
+
+def summarize_rows(rows: list[dict]) -> str:
+    """:func:`summarize` of rows already read."""
     by: dict[tuple[str, str], dict] = {}
     paired: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
@@ -865,8 +932,9 @@ def thread_lines(paired: dict[tuple[str, str], list[dict]], top: int = 3) -> lis
     return lines
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser(description: str = __doc__) -> argparse.ArgumentParser:
+    """The driver's options (benchmarks/zoo_gpu.py takes the same)."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="zoo.jsonl")
     p.add_argument("--nets", default="all")
     p.add_argument("--jobs", default="paired,benchmark")
@@ -900,11 +968,34 @@ def main() -> None:
         metavar="FILE",
         help="print prediction mode's table pooled over these results files' paired rows and stop",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="load the hook's model for this GPU whatever GPU it was made for (the H200's on an H100)",
+    )
+    p.add_argument("--resume", action="store_true", help="skip the jobs whose rows --out holds already")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="start no job that could end past this many seconds (with --timeout-s a job)",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--job", default=None, help=argparse.SUPPRESS)
     p.add_argument("--net", default=None, help=argparse.SUPPRESS)
     p.add_argument("--dtype", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args()
+    return p
+
+
+def main(argv: list[str] | None = None, script: str = __file__, description: str = __doc__, summary=None) -> None:
+    """The driver (``script``: what its children run; ``summary``: the table printed at the end, of the results
+    file)."""
+    p = parser(description)
+    args = p.parse_args(argv)
+    for flag, given, known in (("--nets", args.nets, NETS), ("--jobs", args.jobs, JOBS)):
+        unknown = [x for x in given.split(",") if x not in known and not (flag == "--nets" and x == "all")]
+        if unknown and not args.child:
+            p.error(f"{flag}: unknown {unknown[0]} (choose from {','.join(known)})")
     unknown = sorted(set(args.dtypes.split(",")) - set(DTYPES))
     if unknown:
         p.error(f"--dtypes: unknown {','.join(unknown)} (choose from {','.join(DTYPES)})")
@@ -919,7 +1010,7 @@ def main() -> None:
         sys.exit(_child(args))
     else:
         os.environ.setdefault("PYTHONUNBUFFERED", "1")
-        drive(args)
+        drive(args, script, summary)
 
 
 if __name__ == "__main__":

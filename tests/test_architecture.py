@@ -135,7 +135,7 @@ def test_a_cycle_would_be_caught(tmp_path, monkeypatch):
 RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
     ("cache",),
     ("policy",),
-    ("stats", "device", "state", "trial", "autograd_thread", "native", "unseen", "fallbacks", "claims"),
+    ("stats", "device", "state", "trial", "autograd_thread", "native", "unseen", "fallbacks", "claims", "measured"),
     ("routes", "plans", "candidates"),
     ("probation", "verify"),
     ("decisions", "blocks"),

@@ -15,7 +15,7 @@ from conftest import REPO
 
 def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
     out = tmp_path / "zoo.jsonl"
-    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "OMP_NUM_THREADS": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
     cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "fpn,mynet", "--jobs", "paired", "--device",
            "cpu", "--rounds", "2", "--slot-steps", "1", "--timeout-s", "400", "--out", str(out),
            "--model", str(REPO / "models" / "h200-cudnn91900")]  # fmt: skip
@@ -54,7 +54,7 @@ def test_repeated_processes_are_pooled_in_the_table(tmp_path):
     """``--processes 2``: each job twice, each in a new process pinned by ``--cpus``; the table pools the two.
     ``--dtypes float32``: that dtype's steps alone; ``--aa``: the default a second time in the rotation."""
     out = tmp_path / "zoo.jsonl"
-    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "OMP_NUM_THREADS": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
     cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "mynet", "--jobs", "paired", "--device",
            "cpu", "--rounds", "2", "--slot-steps", "1", "--processes", "2", "--cpus", "0", "--dtypes", "float32",
            "--aa", "--out", str(out)]  # fmt: skip
@@ -72,7 +72,7 @@ def test_repeated_processes_are_pooled_in_the_table(tmp_path):
 def _cold(tmp_path, *flags: str) -> tuple[dict[str, dict], str]:
     """The cold job on MyNet (CPU, smoke sizes): its rows by dtype, and what it printed."""
     out = tmp_path / f"zoo{len(flags)}.jsonl"
-    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "OMP_NUM_THREADS": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
     cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "mynet", "--jobs", "cold", "--device",
            "cpu", *flags, "--out", str(out)]  # fmt: skip
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)

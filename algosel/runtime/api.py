@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,8 @@ def _is_int(value: Any) -> bool:
     return not isinstance(value, bool) and hasattr(value, "__index__")
 
 
-def _check_arguments(problem, model, max_workspace_bytes, deterministic, top_k, live, force, measure) -> None:
+def _check_arguments(problem, model, max_workspace_bytes, deterministic, top_k, live, force, measure,
+                     verify=0) -> None:  # fmt: skip
     """ValueErrors naming the argument and its value, before any model is loaded.
 
     The usual values pass on ``type(...) is`` tests alone: a repeated prediction costs a few microseconds, and
@@ -62,6 +64,10 @@ def _check_arguments(problem, model, max_workspace_bytes, deterministic, top_k, 
         raise ValueError(f"predict(live=...) must be None, True or False, got {live!r}")
     if measure != 0 and (not _is_int(measure) or measure < 0):
         raise ValueError(f"measure must be a non-negative integer (candidates to time), got {measure!r}")
+    if verify != 0 and (not _is_int(verify) or verify < 0):
+        raise ValueError(f"predict(verify=...) must be a non-negative integer (candidates to time), got {verify!r}")
+    if verify and measure:
+        raise ValueError(f"predict() takes verify= or measure=, not both (got verify={verify!r}, measure={measure!r})")
 
 
 def predict(
@@ -77,6 +83,9 @@ def predict(
     space: str = "cudnn",
     measure: int = 0,
     measurer: Any = None,
+    verify: int = 0,
+    cache: Any = True,
+    device_probe: Any = None,
     **fields: Any,
 ) -> list[Choice]:
     """Rank the candidates for a convolution, best first.
@@ -112,6 +121,19 @@ def predict(
     measurer : optional
         What times them (an object with the sweeper's ``measure_candidates``; default: the sweeper with the
         runtime's timer, :func:`algosel.runtime.verify.runtime_measurer`).
+    verify : int
+        As the hook's verify mode, for any framework: on a GPU, time the model's top ``verify`` candidates and (in
+        the ``cudnn`` space) PyTorch's default once per problem and environment, under the problem's math mode,
+        and return them fastest first (``source`` "measured"; a candidate that failed has no time and comes last),
+        then the rest of the model's ``top_k``. The times are kept in the persistent cache the hook uses (a later
+        call, another process, or the hook itself times nothing again; a larger ``verify`` times only what is
+        new). Without a GPU it answers as without ``verify``. Unlike ``measure``, which times on every call and
+        needs a GPU.
+    cache : bool, path or RuntimeCache
+        Where ``verify`` keeps its times: ``True`` in the hook's cache (``$ALGOSEL_CACHE_DIR`` or
+        ``~/.cache/algosel``), a folder, a cache object, or ``False`` (nowhere: timed on every call).
+    device_probe : optional
+        Whether this machine can time (default: a CUDA GPU; :class:`algosel.runtime.device.CudaDevice`).
 
     Returns
     -------
@@ -127,7 +149,7 @@ def predict(
         For a bad problem or argument (naming the field or argument and its value) or when no candidate passes
         the filters.
     """
-    _check_arguments(problem, model, max_workspace_bytes, deterministic, top_k, live, force, measure)
+    _check_arguments(problem, model, max_workspace_bytes, deterministic, top_k, live, force, measure, verify)
     if fields:
         unknown = sorted(set(fields) - _FIELDS)
         if unknown:
@@ -155,6 +177,13 @@ def predict(
         top_k = int(top_k.__index__())
     if max_workspace_bytes is not None and type(max_workspace_bytes) is not int:
         max_workspace_bytes = int(max_workspace_bytes.__index__())
+    if verify:
+        verify = int(verify.__index__())
+        device = _timing_device()
+        if (device_probe or _cuda_probe()).can_time(device):
+            choices = sel.choose(problem, max_workspace_bytes, deterministic, max(top_k, verify), live)
+            timed = _verified(problem, choices[:verify], measurer, _cache_of(cache, sel), space == "cudnn")
+            return [*timed, *(c for c in choices if c.candidate_id not in {t.candidate_id for t in timed})][:top_k]
     if not measure:
         return sel.choose(problem, max_workspace_bytes, deterministic, top_k, live)  # memoised per arguments
     choices = sel.choose(problem, max_workspace_bytes, deterministic, max(top_k, measure), live)
@@ -163,6 +192,18 @@ def predict(
 
 def _measured(problem: ConvProblem, choices: list[Choice], measurer: Any) -> list[Choice]:
     """``choices`` and PyTorch's default, timed here once, fastest first (failures last, untimed)."""
+    if not any(c.candidate_id == "pytorch:default" for c in choices):
+        choices = [*choices, _default_choice(choices)]
+    rows = _measured_rows(problem, choices, measurer)
+    times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows if r["status"] == "ok"}
+    timed = [dataclasses.replace(c, measured_time_ms=times.get(c.candidate_id), source="measured") for c in choices]
+    return sorted(timed, key=lambda c: (c.measured_time_ms is None, c.measured_time_ms or 0.0))
+
+
+def _measured_rows(problem: ConvProblem, choices: list[Choice], measurer: Any,
+                   math_mode: str = "caller") -> list[dict[str, Any]]:  # fmt: skip
+    """The measurer's rows of ``choices`` on ``problem``, PyTorch's default first where it is among them (its result
+    is what the others are checked against); default measurer: the runtime's (TF32 switches: ``math_mode``)."""
     if measurer is None:
         import torch  # noqa: PLC0415
 
@@ -171,21 +212,80 @@ def _measured(problem: ConvProblem, choices: list[Choice], measurer: Any) -> lis
         from algosel.runtime.policy import DEFAULT_POLICY  # noqa: PLC0415
         from algosel.runtime.verify import runtime_measurer  # noqa: PLC0415
 
-        measurer = runtime_measurer(DEFAULT_POLICY)
-
-    if not any(c.candidate_id == "pytorch:default" for c in choices):
-        choices = [*choices, _default_choice(choices)]
-    # PyTorch's default is measured first: its result is what the others are checked against.
+        measurer = runtime_measurer(DEFAULT_POLICY, math=math_mode)
     pairs = []
     for c in sorted(choices, key=lambda c: c.candidate_id != "pytorch:default"):
         space = get_space(c.space)
         pairs.append((space, space.candidate(c.candidate_id.partition(":")[2], problem.direction)))
-    rows = measurer.measure_candidates(problem, pairs, source="predict")
-    times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows if r["status"] == "ok"}
-    timed = [dataclasses.replace(c, measured_time_ms=times.get(c.candidate_id), source="measured") for c in choices]
-    return sorted(timed, key=lambda c: (c.measured_time_ms is None, c.measured_time_ms or 0.0))
+    return measurer.measure_candidates(problem, pairs, source="predict")
 
 
 def _default_choice(choices: list[Choice]) -> Choice:
     return Choice(candidate_id="pytorch:default", space="pytorch", engine_id=-1, knobs="", score=float("nan"),
                   workspace_bytes=0, source=choices[0].source if choices else "none")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ verify=k
+def _timing_device() -> Any:
+    import torch  # noqa: PLC0415
+
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _cuda_probe() -> Any:
+    from algosel.runtime.device import CudaDevice  # noqa: PLC0415
+
+    return CudaDevice()
+
+
+def _cache_of(cache: Any, sel: Selector) -> Any:
+    """The persistent cache ``verify`` keeps its times in: the hook's folder for ``sel``'s environment."""
+    if hasattr(cache, "get") and hasattr(cache, "put"):  # a cache object
+        return cache
+    import torch  # noqa: PLC0415
+
+    if cache is False or not torch.cuda.is_available():  # no GPU to key the folder by
+        return None
+    from algosel.runtime.cache import RuntimeCache, runtime_environment  # noqa: PLC0415
+    from algosel.runtime.native import cache_root  # noqa: PLC0415
+
+    root = cache_root() if cache is True else Path(cache)
+    key = (str(root), id(sel))
+    if key not in _caches:  # one per folder and model: its decisions are read from disk once
+        _caches[key] = RuntimeCache(root, runtime_environment(sel))
+    return _caches[key]
+
+
+_caches: dict[Any, Any] = {}
+
+
+def _verified(problem: ConvProblem, choices: list[Choice], measurer: Any, cache: Any,
+              with_default: bool) -> list[Choice]:  # fmt: skip
+    """``choices`` (and PyTorch's default where ``with_default``) with their measured times, fastest first, failures
+    last: from ``cache`` where it has them (the hook's measurements count), the rest timed here and added to it."""
+    from algosel.runtime.cache import Decision  # noqa: PLC0415
+
+    hit = cache.get(problem.key) if cache is not None else None
+    times = dict(hit.times_ms) if hit is not None and hit.source == "measured" else {}
+    host_us = dict(hit.host_us) if hit is not None and hit.source == "measured" else {}
+    if with_default and not any(c.candidate_id == "pytorch:default" for c in choices):
+        choices = [*choices, _default_choice(choices)]
+    todo = [c for c in choices if c.candidate_id not in times]
+    if todo:
+        # PyTorch's default is timed again with what is new: each candidate is checked against the first one timed
+        if with_default and all(c.candidate_id != "pytorch:default" for c in todo):
+            todo = [next(c for c in choices if c.candidate_id == "pytorch:default"), *todo]
+        rows = _measured_rows(problem, todo, measurer, math_mode="problem")
+        ok = {r["candidate_id"]: r for r in rows if r["status"] == "ok"}
+        for c in todo:  # a candidate that failed (or was not timed) is kept as inf: it is not timed again
+            row = ok.get(c.candidate_id)
+            times[c.candidate_id] = float(row["time_ms_median"]) if row else math.inf
+            if row is not None and row.get("host_overhead_us") is not None:
+                host_us[c.candidate_id] = float(row["host_overhead_us"])
+        if cache is not None:
+            best = min(times, key=times.get)
+            cache.put(Decision(problem.key, best, "measured", "fastest" if best == "pytorch:default" else "",
+                               times, host_us, by="predict"))  # fmt: skip
+    timed = [dataclasses.replace(c, measured_time_ms=None if math.isinf(times[c.candidate_id]) else
+                                 times[c.candidate_id], source="measured") for c in choices]  # fmt: skip
+    return sorted(timed, key=lambda c: (c.measured_time_ms is None, c.measured_time_ms or 0.0))

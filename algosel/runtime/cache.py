@@ -59,6 +59,9 @@ class Decision:
     reason: str = ""  # why PyTorch's own path, where it is
     times_ms: dict[str, float] = field(default_factory=dict)  # per candidate, measured or predicted
     host_us: dict[str, float] = field(default_factory=dict)  # host time per call, measured (records or here)
+    #: Who made it: ``"hook"`` (the executor) or ``"predict"`` (``algosel.predict(verify=k)``, for any framework:
+    #: ``candidate_id`` is then the fastest measured, a failed candidate's time ``inf``). Either reads the other's.
+    by: str = "hook"
 
     @property
     def passes_through(self) -> bool:
@@ -77,6 +80,25 @@ def environment_key(fields: Mapping[str, Any]) -> str:
     """A short name for an environment: the hash of the fields that make decisions and plans specific."""
     payload = json.dumps(dict(sorted(fields.items())), sort_keys=True, default=str)
     return hashlib.blake2b(payload.encode(), digest_size=8).hexdigest()
+
+
+def runtime_environment(selector: Any) -> dict[str, Any]:
+    """The fields that make this process's decisions and plans specific: GPU, cuDNN, torch, the cuDNN frontend,
+    ``selector``'s data fingerprint (its model) and algosel's version. The hook and ``algosel.predict(verify=k)``
+    key the cache by it, so that they share one folder for one model on one machine."""
+    import torch  # noqa: PLC0415
+
+    from algosel.version import __version__  # noqa: PLC0415
+
+    try:
+        import cudnn  # noqa: PLC0415
+
+        frontend = getattr(cudnn, "__version__", "?")
+    except ImportError:
+        frontend = "none"
+    return {"gpu_name": torch.cuda.get_device_name(), "cudnn": int(torch.backends.cudnn.version() or 0),
+            "torch": torch.__version__, "cudnn_frontend": frontend,
+            "model": selector.manifest.get("data_fingerprint", "?"), "algosel": __version__}  # fmt: skip
 
 
 def _trusted(path: Path) -> str | None:
@@ -266,6 +288,8 @@ class RuntimeCache:
         decisions = self.decisions()
         sources: dict[str, int] = {}
         for d in decisions:
+            if d.by != "hook":
+                continue
             key = "pytorch (pass-through)" if d.passes_through else d.source
             sources[key] = sources.get(key, 0) + 1
         plans = list(self.plans_folder.glob("*.plan")) if self.plans_folder.is_dir() else []
@@ -273,7 +297,8 @@ class RuntimeCache:
             "folder": str(self.folder),
             "environment": self.environment,
             "decisions": len(decisions),
-            "by_source": sources,
+            "by_source": sources,  # the hook's decisions by where they came from
+            "predict_measured": sum(d.by == "predict" for d in decisions),  # algosel.predict(verify=k)'s problems
             "plans": len(plans),
             "plan_bytes": sum(p.stat().st_size for p in plans),
         }

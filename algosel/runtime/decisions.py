@@ -29,7 +29,15 @@ from algosel.runtime.cache import Decision, RuntimeCache
 from algosel.runtime.candidates import CandidateSource, Ranked
 from algosel.runtime.claims import ProblemClaims, wait_for
 from algosel.runtime.device import DeviceProbe
-from algosel.runtime.policy import BELOW_THRESHOLD, SwitchPolicy, fastest, finite, judge, worth_a_closer_look
+from algosel.runtime.policy import (
+    BELOW_THRESHOLD,
+    DEVICE_BOUND,
+    SwitchPolicy,
+    fastest,
+    finite,
+    judge,
+    worth_a_closer_look,
+)
 from algosel.runtime.routes import one_matrix_product
 from algosel.runtime.verify import Verifier
 
@@ -42,8 +50,12 @@ class Decider:
 
     def __init__(self, policy: SwitchPolicy, selector: Any, candidates: CandidateSource, verifier: Verifier,
                  device: DeviceProbe, cache: Callable[[], RuntimeCache | None], native: Callable[[], Any],
-                 max_workspace_bytes: int | None = None):  # fmt: skip
+                 max_workspace_bytes: int | None = None,
+                 device_bound: Callable[[], bool] = lambda: False):  # fmt: skip
         self.policy, self.selector, self.candidates, self.verifier = policy, selector, candidates, verifier
+        #: Whether the executor's looks found the step GPU-bound (``policy.device_bound_busy_fraction``): measured
+        #: and recorded gains are then judged by ``device_bound_min_gain_us``.
+        self.device_bound = device_bound
         self.device = device
         self._cache, self._native = cache, native
         self.max_workspace_bytes = max_workspace_bytes
@@ -188,12 +200,17 @@ class Decider:
             return hit
         ratio = self.min_predicted_ratio(problem) if hit.source == "predicted" else self.policy.min_measured_ratio
         host_us = hit.host_us if hit.source == "measured" else self.recorded_host_us(problem, [cid, "pytorch:default"])
-        return self._judge(problem, cid, times, default_ms, hit.source, ratio, host_us)
+        # a switch kept for a GPU-bound step is judged by that rule again (the process that kept it looked at the
+        # device; this one has not yet, and its probation and step trial still check that it pays here)
+        return self._judge(problem, cid, times, default_ms, hit.source, ratio, host_us,
+                           device_bound=hit.reason == DEVICE_BOUND)  # fmt: skip
 
     def _judge(self, problem: ConvProblem, cid: str, times: dict[str, float], default_ms: float | None, source: str,
-               min_ratio: float, host_us: dict[str, float] | None) -> Decision:  # fmt: skip
+               min_ratio: float, host_us: dict[str, float] | None, device_bound: bool = False) -> Decision:  # fmt: skip
         overhead_us = 0.0 if cid == "pytorch:default" else self.overhead_us(problem, cid)
-        return judge(self.policy, problem.key, cid, times, default_ms, source, min_ratio, overhead_us, host_us)
+        # predicted gains are never judged by the GPU-bound rule: their error is larger than what it lets through
+        bound = source in ("records", "measured") and (device_bound or self.device_bound())
+        return judge(self.policy, problem.key, cid, times, default_ms, source, min_ratio, overhead_us, host_us, bound)
 
     def overhead_us(self, problem: ConvProblem, candidate_id: str) -> float:
         """Host time per call that leaving PyTorch's path for ``candidate_id`` costs: nothing measurable for a GEMM

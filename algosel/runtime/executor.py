@@ -32,7 +32,7 @@ import torch
 
 from algosel.problem import ConvProblem
 from algosel.runtime.blocks import Blocks
-from algosel.runtime.cache import Decision, RuntimeCache
+from algosel.runtime.cache import Decision, RuntimeCache, runtime_environment
 from algosel.runtime.candidates import CandidateSource, ModelCandidates
 from algosel.runtime.decisions import EXEMPT, LOOK, Decider
 from algosel.runtime.device import CudaDevice, DeviceProbe
@@ -75,6 +75,9 @@ class Executor:
     record : path, optional
         Keep the convolutions met whose problems the model's records lack, with call counts, in this layers file
         (:mod:`algosel.runtime.unseen`; default: ``$ALGOSEL_RECORD_UNSEEN``, if set), for ``algosel sweep --layers``.
+    record_measured : path or MeasuredRecords, optional
+        Keep what verify mode measures as records in this dataset folder, for ``algosel train``
+        (:mod:`algosel.runtime.measured`).
     step_aside : bool
         Leave ``F.conv2d`` as PyTorch's own in blocks once nothing is switched (:mod:`algosel.runtime.blocks`).
     look_first : bool
@@ -96,12 +99,15 @@ class Executor:
                  min_gain_us: float | None = None, max_workspace_bytes: int | None = None,
                  cache: bool | str | os.PathLike | RuntimeCache = True, native: bool | None = None,
                  record: str | os.PathLike | None = None, probe_calls: int | None = None, step_aside: bool = True,
-                 look_first: bool = True, policy: SwitchPolicy | None = None,
+                 look_first: bool = True, policy: SwitchPolicy | None = None, record_measured: Any = None,
                  candidates: CandidateSource | None = None, measurer: Measurer | None = None,
                  device_probe: DeviceProbe | None = None, clock: Callable[[], float] = time.perf_counter):  # fmt: skip
         # the arguments first, the model after: a mistake is said before any long work
         if record is not None and not isinstance(record, (str, os.PathLike)):
             raise ValueError(f"record must be the path of a layers file, got {record!r}")
+        if record_measured is not None and not isinstance(record_measured, (str, os.PathLike)):
+            if not hasattr(record_measured, "add"):
+                raise ValueError(f"record_measured must be the path of a dataset folder, got {record_measured!r}")
         if policy is not None and not isinstance(policy, SwitchPolicy):
             raise ValueError(f"policy must be a SwitchPolicy, got {policy!r}")
         policy = policy or DEFAULT_POLICY
@@ -128,8 +134,14 @@ class Executor:
         self.call_stats = CallStats()
         self.candidates = candidates or ModelCandidates(selector, max_workspace_bytes, live)
         self.verifier = Verifier(policy, selector, self.candidates, verify, measurer, clock)
+        if record_measured is not None:
+            from algosel.runtime.measured import MeasuredRecords  # noqa: PLC0415
+
+            is_records = hasattr(record_measured, "add")
+            self.verifier.records = record_measured if is_records else MeasuredRecords(record_measured)
         self.decider = Decider(policy, selector, self.candidates, self.verifier, self.device_probe,
-                               self.runtime_cache, self.native_module, max_workspace_bytes)  # fmt: skip
+                               self.runtime_cache, self.native_module, max_workspace_bytes,
+                               self.device_bound)  # fmt: skip
         self.plans = PlanBook(self.call_stats, self.runtime_cache, self.native_module, self._lock)
         self.routes = RouteBook()
         self.dispatch = Dispatch(self._new_table, self.call_stats.add_table)
@@ -186,17 +198,7 @@ class Executor:
         return self._cache
 
     def _environment(self) -> dict[str, Any]:
-        try:
-            import cudnn  # noqa: PLC0415
-
-            frontend = getattr(cudnn, "__version__", "?")
-        except ImportError:
-            frontend = "none"
-        from algosel.version import __version__  # noqa: PLC0415
-
-        return {"gpu_name": torch.cuda.get_device_name(), "cudnn": int(torch.backends.cudnn.version() or 0),
-                "torch": torch.__version__, "cudnn_frontend": frontend,
-                "model": self.selector.manifest.get("data_fingerprint", "?"), "algosel": __version__}  # fmt: skip
+        return runtime_environment(self.selector)
 
     def _new_table(self) -> Any:
         """A new dispatch table of the compiled path; None without it, or while recording (a recorder counts every
@@ -314,6 +316,17 @@ class Executor:
 
     def busy_fractions(self) -> tuple[float, float]:
         return self.blocks.busy_fractions()
+
+    def device_bound(self) -> bool:
+        """Whether the step is GPU-bound by the looks so far: at least ``device_bound_min_looks`` of them, pooled
+        over the executor's routes (forward and backward), of which ``device_bound_busy_fraction`` found the device
+        busy."""
+        looks = getattr(self, "probation", None)  # (none while the executor is being made)
+        if looks is None:
+            return False
+        looks = looks.looks
+        total, busy = looks.calls + looks.back_calls, looks.busy + looks.back_busy
+        return total >= self.policy.device_bound_min_looks and busy >= self.policy.device_bound_busy_fraction * total
 
     def deciding(self) -> int:
         """Call signatures still looking at the device or on probation, plus one while a step trial is under way or

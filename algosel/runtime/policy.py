@@ -110,6 +110,20 @@ class SwitchPolicy:
     #: Busy share probation asks while a step trial is still to judge the switches: the trial measures the rest.
     trial_busy_fraction: float = 0.25
 
+    # -- a GPU-bound step: the device time a switch saves is the step's ------------------------------------------
+    #: Share of the executor's looks at the device (forward and backward, pooled) that must find it busy for the
+    #: step to count as GPU-bound: there the host enqueues ahead of the device, and a switch's saved device time
+    #: shortens the step whatever its size (the per-call least gain is there for host-bound steps, which hide it).
+    #: High, so that a step that is host-bound part of the time does not count (a conservative default: it awaits
+    #: the GPU-bound zoo's measurement, benchmarks/zoo_gpu.py).
+    device_bound_busy_fraction: float = 0.95
+    #: Looks pooled before a step can count as GPU-bound (four signatures' probation).
+    device_bound_min_looks: int = 32
+    #: The least gain a measured or recorded switch saves per call in a GPU-bound step, instead of ``min_gain_us``
+    #: (still at least ``min_measured_ratio`` faster, plus its path's host cost: probation and the step trial still
+    #: judge it). 5 us keeps what saves 3% of a 0.17 ms call; conservative, awaiting the GPU-bound zoo.
+    device_bound_min_gain_us: float = 5.0
+
     # -- blocks: stepping aside, the step trial ------------------------------------------------------------------
     #: Quiet blocks (no new call signature) after which an executor with nothing switched steps aside (even a
     #: pass-through's compiled dispatch costs a host-bound step ~1%).
@@ -132,7 +146,12 @@ class SwitchPolicy:
                 raise ValueError(f"SwitchPolicy.{f.name} must be a number >= 0, got {value!r}")
             if f.type == "int" and not isinstance(value, int):
                 raise ValueError(f"SwitchPolicy.{f.name} must be an integer, got {value!r}")
-        for name in ("min_busy_fraction", "min_network_busy_fraction", "trial_busy_fraction"):
+        for name in (
+            "min_busy_fraction",
+            "min_network_busy_fraction",
+            "trial_busy_fraction",
+            "device_bound_busy_fraction",
+        ):
             if getattr(self, name) > 1:
                 raise ValueError(f"SwitchPolicy.{name} is a share of looks in [0, 1], got {getattr(self, name)!r}")
         if self.trial_min_wins > self.trial_pairs:
@@ -154,6 +173,9 @@ DEFAULT_POLICY = SwitchPolicy()
 # -- reasons: what a pass-through's statistics say -------------------------------------------------------------------
 #: A gain that did not pay (a cached one is judged again by the reading executor's policy).
 BELOW_THRESHOLD = "gain below the threshold"
+#: A switch kept by the GPU-bound rule (``device_bound_min_gain_us``) that the host-bound rule would not keep: a
+#: process reading it from the cache judges it by the same rule.
+DEVICE_BOUND = "kept for a GPU-bound step"
 #: Verify mode did not time a problem predicted shorter than the least gain ...
 TOO_SHORT_TO_PAY = "predicted shorter than the least gain"
 #: ... nor one whose predicted gain is under it (``gain_filter``).
@@ -222,10 +244,11 @@ def pruned_shortlist(ids: list[str], times_ms: dict[str, float], max_ratio: floa
 
 def judge(policy: SwitchPolicy, problem_key: str, cid: str, times: dict[str, float], default_ms: float | None,
           source: str, min_ratio: float, overhead_us: float, host_us: dict[str, float] | None = None,
-          ) -> Decision:  # fmt: skip
+          device_bound: bool = False) -> Decision:  # fmt: skip
     """Keep ``cid`` only where its gain over PyTorch's default pays what leaving PyTorch's path costs: the least gain,
     the path's own host cost ``overhead_us``, and the host time the candidate takes over the default (``host_us``),
-    and is at least ``min_ratio`` times faster."""
+    and is at least ``min_ratio`` times faster. ``device_bound`` (a GPU-bound step; measured or recorded times): the
+    least gain is ``device_bound_min_gain_us``, and a switch kept only by it says so (:data:`DEVICE_BOUND`)."""
     host_us = dict(host_us or {})
     if cid == "pytorch:default":
         return Decision(problem_key, cid, source, "fastest", times, host_us)
@@ -233,6 +256,9 @@ def judge(policy: SwitchPolicy, problem_key: str, cid: str, times: dict[str, flo
     if t is None or default_ms is None:
         return Decision(problem_key, "pytorch:default", source, "no time for the choice or the default", times, host_us)
     gain_us = 1e3 * (default_ms - t)
-    if gain_us < policy.min_gain_us + overhead_us + host_extra_us(host_us, cid) or default_ms < min_ratio * t:
+    cost_us = overhead_us + host_extra_us(host_us, cid)
+    least_us = policy.device_bound_min_gain_us if device_bound else policy.min_gain_us
+    if gain_us < least_us + cost_us or default_ms < min_ratio * t:
         return Decision(problem_key, "pytorch:default", source, BELOW_THRESHOLD, times, host_us)
-    return Decision(problem_key, cid, source, "", times, host_us)
+    reason = DEVICE_BOUND if gain_us < policy.min_gain_us + cost_us else ""
+    return Decision(problem_key, cid, source, reason, times, host_us)

@@ -52,15 +52,17 @@ class Measurer(Protocol):
         """One row per candidate (``candidate_id``, ``status``, ``time_ms_median``, ``host_overhead_us``)."""
 
 
-def runtime_measurer(policy: SwitchPolicy) -> Measurer:
+def runtime_measurer(policy: SwitchPolicy, math: str = "caller") -> Measurer:
     """The sweeper as verify mode times with it: ``policy.timer``'s small budget, one operand set, candidates checked
     against PyTorch's default (listed first) under the caller's TF32 switches (an exact reference, or switches set
-    otherwise, made PyTorch build a plan of its own per problem: a third of EfficientNet-B0's cold pass)."""
+    otherwise, made PyTorch build a plan of its own per problem: a third of EfficientNet-B0's cold pass).
+    ``math="problem"``: the switches set for the problem's dtype instead (``algosel.predict``, whose caller may not
+    be PyTorch at all)."""
     from algosel.measure.sweep import Sweeper  # noqa: PLC0415
     from algosel.measure.timing import CudaEventTimer  # noqa: PLC0415
 
     timer = CudaEventTimer(**policy.timer.as_kwargs())
-    return Sweeper([], timer, {"env_id": "runtime"}, operand_sets=1, reference="first", math="caller",
+    return Sweeper([], timer, {"env_id": "runtime"}, operand_sets=1, reference="first", math=math,
                    slow_build_s=policy.verify_slow_build_s)  # fmt: skip
 
 
@@ -84,6 +86,8 @@ class Verifier:
         self.clock = clock
         self.planning_s = 0.0  # seconds spent measuring, for benchmarks of the first pass
         self.measured_problems = 0
+        #: Where the rows of every measurement also go (``Executor(record_measured=...)``): a MeasuredRecords
+        self.records: Any = None
 
     def measurer(self) -> Measurer:
         if self._measurer is None:
@@ -190,6 +194,8 @@ class Verifier:
             rows = measure()
         else:  # where the network's backward runs (the verifier's device: the current one), and builds its plans
             rows = on_autograd_thread(measure, torch.device("cuda", torch.cuda.current_device()))
+        if self.records is not None:
+            self.records.add(problem, rows)
         times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows if r["status"] == "ok"}
         host_us = {r["candidate_id"]: float(r["host_overhead_us"]) for r in rows
                    if r["status"] == "ok" and finite(r.get("host_overhead_us"))}  # fmt: skip
