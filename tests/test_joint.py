@@ -222,3 +222,18 @@ def test_a_joint_model_scores_records_of_any_of_its_gpus_without_force(joint, tw
     assert check_records_environment(sel, out, next(iter(envs.values()))) == []
     with pytest.raises(SelectorError, match="pass --force"):
         check_records_environment(sel, out, {"gpu_name": "NVIDIA A100", "cudnn": 91900})
+
+
+def test_a_joint_model_looks_up_the_records_of_the_gpu_it_ranks_for(joint, two_gpus, monkeypatch):
+    out, _ = joint
+    frame, _ = load_records(two_gpus / "h100")
+    row = frame[frame["status"] == "ok"].iloc[0]
+    _fake_gpu(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0))
+    sel = Selector.load(out)
+    times = {r["candidate_id"]: r["time_ms_median"] for r in sel.catalogue.rows(row["problem_key"])}
+    assert times[row["candidate_id"]] == pytest.approx(row["time_ms_median"])  # the H100's, not the H200's
+    _fake_gpu(monkeypatch, "NVIDIA H200", (9, 0))
+    h200, _ = load_records(SLICE)
+    mine = h200[(h200["problem_key"] == row["problem_key"]) & (h200["candidate_id"] == row["candidate_id"])]
+    times = {r["candidate_id"]: r["time_ms_median"] for r in Selector.load(out).catalogue.rows(row["problem_key"])}
+    assert times[row["candidate_id"]] == pytest.approx(mine["time_ms_median"].iloc[0])
