@@ -10,6 +10,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -512,6 +513,26 @@ def cmd_build_ext(args) -> int:
     return 0
 
 
+def cmd_compile(args) -> int:
+    from algosel.learn.compiled import CompileError, CompileOptions, compile_selector  # noqa: PLC0415
+    from algosel.learn.models import default_model_dir  # noqa: PLC0415
+    from algosel.learn.selector import Selector  # noqa: PLC0415
+
+    model = args.model or default_model_dir()
+    selector = Selector.load(model, force=True)  # a model of another GPU compiles as well: the trees are the CPU's
+    root = Path(args.root) / "compiled" if args.root else None
+    started = time.perf_counter()
+    try:
+        entries = compile_selector(selector, CompileOptions(root=root))
+    except CompileError as exc:
+        raise CliError(f"{model}: {exc}") from None
+    for name, path in entries.items():
+        print(f"{name}: {path}")
+    seconds = time.perf_counter() - started
+    print(f"compiled the trees of {model} in {seconds:.1f} s; every process that loads the model takes them")
+    return 0
+
+
 def cmd_cache(args) -> int:
     from algosel.runtime.cache import RuntimeCache, cache_folders, clear_folder, folder_environment  # noqa: PLC0415
     from algosel.runtime.native import cache_root  # noqa: PLC0415
@@ -820,6 +841,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build-ext", help="build the runtime's compiled path (GPU machine; about a minute)")
     p.add_argument("--verbose-build", action="store_true", help="show the compiler's output")
     p.set_defaults(func=cmd_build_ext)
+
+    p = sub.add_parser(
+        "compile", help="compile a model's trees to native code of this CPU, cached (pip install 'algosel[compiled]')"
+    )
+    p.add_argument("--model", default=None, help="model directory (default: the shipped one for this GPU)")
+    p.add_argument("--root", default=None, help="cache root (default: $ALGOSEL_CACHE_DIR or ~/.cache/algosel)")
+    p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("cache", help="show or clear the runtime's persistent decisions and plans")
     p.add_argument("action", choices=("show", "clear"))
