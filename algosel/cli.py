@@ -681,8 +681,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--grid-mix",
         default="networks",
-        help="family shares of the grid: 'networks' (layers of CNNs; the shipped records) or 'loss' (where the "
-        "shipped selector loses time); its cases are recorded with source grid or grid:loss",
+        help="family shares of the grid: 'networks' (layers of CNNs; the shipped records), 'loss' (where the "
+        "shipped selector loses time) or 'targeted' (where it loses and is least sure, stems among them); its cases "
+        "are recorded with source grid, grid:loss or grid:targeted",
     )
     p.add_argument(
         "--suites", default=None, help="comma-separated suites, 'all' or 'none' (default: all; none with --layers)"
@@ -728,7 +729,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_COUNT, default=0, help="an integer >= 0")
     p.add_argument("--max-flops", type=_positive_float, default=5e10)
     p.add_argument("--max-operand-bytes", type=_POSITIVE, default=256 << 20)
-    p.add_argument("--mix", default="networks", help="family shares: 'networks' or 'loss' (algosel sweep --grid-mix)")
+    p.add_argument("--mix", default="networks", help="family shares: 'networks', 'loss' or 'targeted' (algosel sweep --grid-mix)")
     p.set_defaults(func=cmd_grid)
 
     p = sub.add_parser("train", help="tune and fit a selector on sweep records; save it under models/")
