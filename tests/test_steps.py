@@ -20,7 +20,9 @@ INNER = {**STEM, "c": 8, "r": 3, "s": 3, "pad_h": 1, "pad_w": 1, "stride_h": 1, 
 
 
 def _rows(network: str, *layers: dict, size: str = "16x16") -> pd.DataFrame:
-    return pd.DataFrame([{**layer, "network": network, "layer": f"l{i}", "size": size} for i, layer in enumerate(layers)])
+    return pd.DataFrame(
+        [{**layer, "network": network, "layer": f"l{i}", "size": size} for i, layer in enumerate(layers)]
+    )
 
 
 def test_the_first_call_of_an_image_network_needs_no_input_gradient_and_feature_inputs_do() -> None:

@@ -28,6 +28,7 @@ import pandas as pd
 
 from algosel.measure.suites import INPUT_GRAD_COLUMN, LAYER_FIELDS, SUITES, SuiteSpec
 from algosel.problem import ConvProblem
+
 #: The network name of the runtime hook's record of unseen problems (:data:`algosel.measure.layers.UNSEEN_NETWORK`).
 UNSEEN_NETWORK = "unseen"
 
