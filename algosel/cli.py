@@ -729,7 +729,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_COUNT, default=0, help="an integer >= 0")
     p.add_argument("--max-flops", type=_positive_float, default=5e10)
     p.add_argument("--max-operand-bytes", type=_POSITIVE, default=256 << 20)
-    p.add_argument("--mix", default="networks", help="family shares: 'networks', 'loss' or 'targeted' (algosel sweep --grid-mix)")
+    p.add_argument(
+        "--mix", default="networks", help="family shares: 'networks', 'loss' or 'targeted' (algosel sweep --grid-mix)"
+    )
     p.set_defaults(func=cmd_grid)
 
     p = sub.add_parser("train", help="tune and fit a selector on sweep records; save it under models/")
