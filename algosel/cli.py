@@ -393,6 +393,7 @@ def cmd_train(args) -> int:
         name=args.name,
         force=args.force,
         command="algosel " + shlex.join(args.argv),
+        trees=args.trees,
     )
     best = next(row for row in summary["tuning"] if row.get("chosen", True))
     print(
@@ -750,6 +751,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="MODEL",
         help="skip tuning: the hyperparameters of this model (e.g. the shipped one); overrides --n-estimators",
+    )
+    p.add_argument(
+        "--trees",
+        choices=("lightgbm", "compiled"),
+        default="lightgbm",
+        help="the prediction path tuning holds to the 1 ms first-prediction budget: 'compiled' where the model's "
+        "users run `algosel compile` (a larger setting fits)",
     )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
