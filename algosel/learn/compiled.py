@@ -26,14 +26,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from algosel.files import write_bytes, write_text
-
-if TYPE_CHECKING:  # for annotations only
-    from algosel.learn.selector import Selector
 
 #: The attribute of a ranker or time model that holds its :class:`CompiledForest` (read by
 #: :func:`algosel.learn.rowpredict.row_predictor`).
@@ -178,7 +175,7 @@ def compiled_forest(
     return CompiledForest(booster, model, folder / f"{name}.o")
 
 
-def _forests(selector: Selector) -> list[tuple[str, Any, str, Callable[[], bytes]]]:
+def _forests(selector: Any) -> list[tuple[str, Any, str, Callable[[], bytes]]]:
     """(name, owner, SHA-256 of its text, its text) of each forest of a selector: the ranker, and the time model where
     it has one. The SHA-256 is the manifest's record of the file where it has one (no text made to look it up)."""
     files = selector.manifest.get("files") or {}
@@ -194,7 +191,7 @@ def _forests(selector: Selector) -> list[tuple[str, Any, str, Callable[[], bytes
     return out
 
 
-def compile_selector(selector: Selector, options: CompileOptions = CompileOptions()) -> dict[str, Path]:
+def compile_selector(selector: Any, options: CompileOptions = CompileOptions()) -> dict[str, Path]:
     """Compile a selector's forests into the cache (where not cached yet) and use them from now on.
 
     Returns each forest's cache entry (its object file) by name (``ranker``, ``time model``).
@@ -212,7 +209,7 @@ def compile_selector(selector: Selector, options: CompileOptions = CompileOption
     return entries
 
 
-def attach_cached(selector: Selector, options: CompileOptions = CompileOptions()) -> list[str]:
+def attach_cached(selector: Any, options: CompileOptions = CompileOptions()) -> list[str]:
     """Use the cached compiled forests of a selector where the cache has them (never compiles); returns the names of
     the forests that are now compiled."""
     attached = []
@@ -224,7 +221,7 @@ def attach_cached(selector: Selector, options: CompileOptions = CompileOptions()
     return attached
 
 
-def detach(selector: Selector) -> None:
+def detach(selector: Any) -> None:
     """Predict through LightGBM again (the compiled forests stay cached): what ``benchmarks/predict_speed.py`` compares
     the compiled path with."""
     for owner in (selector.ranker, selector.time_model):
