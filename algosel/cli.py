@@ -10,6 +10,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -414,6 +415,7 @@ def cmd_train(args) -> int:
         name=args.name,
         force=args.force,
         command="algosel " + shlex.join(args.argv),
+        trees=args.trees,
     )
     best = next(row for row in summary["tuning"] if row.get("chosen", True))
     print(
@@ -548,6 +550,26 @@ def cmd_build_ext(args) -> int:
         raise CliError(str(exc)) from None
     print(f"built {path}")
     print(native.status())
+    return 0
+
+
+def cmd_compile(args) -> int:
+    from algosel.learn.compiled import CompileError, CompileOptions, compile_selector  # noqa: PLC0415
+    from algosel.learn.models import default_model_dir  # noqa: PLC0415
+    from algosel.learn.selector import Selector  # noqa: PLC0415
+
+    model = args.model or default_model_dir()
+    selector = Selector.load(model, force=True)  # a model of another GPU compiles as well: the trees are the CPU's
+    root = Path(args.root) / "compiled" if args.root else None
+    started = time.perf_counter()
+    try:
+        entries = compile_selector(selector, CompileOptions(root=root))
+    except CompileError as exc:
+        raise CliError(f"{model}: {exc}") from None
+    for name, path in entries.items():
+        print(f"{name}: {path}")
+    seconds = time.perf_counter() - started
+    print(f"compiled the trees of {model} in {seconds:.1f} s; every process that loads the model takes them")
     return 0
 
 
@@ -701,8 +723,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--grid-mix",
         default="networks",
-        help="family shares of the grid: 'networks' (layers of CNNs; the shipped records) or 'loss' (where the "
-        "shipped selector loses time); its cases are recorded with source grid or grid:loss",
+        help="family shares of the grid: 'networks' (layers of CNNs; the shipped records), 'loss' (where the "
+        "shipped selector loses time) or 'targeted' (where it loses and is least sure, stems among them); its cases "
+        "are recorded with source grid, grid:loss or grid:targeted",
     )
     p.add_argument(
         "--suites", default=None, help="comma-separated suites, 'all' or 'none' (default: all; none with --layers)"
@@ -759,7 +782,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_COUNT, default=0, help="an integer >= 0")
     p.add_argument("--max-flops", type=_positive_float, default=5e10)
     p.add_argument("--max-operand-bytes", type=_POSITIVE, default=256 << 20)
-    p.add_argument("--mix", default="networks", help="family shares: 'networks' or 'loss' (algosel sweep --grid-mix)")
+    p.add_argument(
+        "--mix", default="networks", help="family shares: 'networks', 'loss' or 'targeted' (algosel sweep --grid-mix)"
+    )
     p.set_defaults(func=cmd_grid)
 
     p = sub.add_parser("train", help="tune and fit a selector on sweep records; save it under models/")
@@ -784,6 +809,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="one model over the records of every GPU given (of one cuDNN), with hardware features; needs "
         "--params-from (docs/selector.md, \"A GPU of your own\")",
+    )
+    p.add_argument(
+        "--trees",
+        choices=("lightgbm", "compiled"),
+        default="lightgbm",
+        help="the prediction path tuning holds to the 1 ms first-prediction budget: 'compiled' where the model's "
+        "users run `algosel compile` (a larger setting fits)",
     )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)
@@ -878,6 +910,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build-ext", help="build the runtime's compiled path (GPU machine; about a minute)")
     p.add_argument("--verbose-build", action="store_true", help="show the compiler's output")
     p.set_defaults(func=cmd_build_ext)
+
+    p = sub.add_parser(
+        "compile", help="compile a model's trees to native code of this CPU, cached (pip install 'algosel[compiled]')"
+    )
+    p.add_argument("--model", default=None, help="model directory (default: the shipped one for this GPU)")
+    p.add_argument("--root", default=None, help="cache root (default: $ALGOSEL_CACHE_DIR or ~/.cache/algosel)")
+    p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("cache", help="show or clear the runtime's persistent decisions and plans")
     p.add_argument("action", choices=("show", "clear"))

@@ -25,6 +25,8 @@ def test_train_evaluate_predict(tmp_path, capsys):
                 "30",
                 "--folds",
                 "2",
+                "--trees",
+                "compiled",
                 "--no-progress",
             ]
         )
@@ -35,15 +37,21 @@ def test_train_evaluate_predict(tmp_path, capsys):
     model = tmp_path / "m"
     assert (model / "model.txt").is_file() and (model / "tuning.csv").is_file()
     manifest = json.loads((model / "manifest.json").read_text())
-    command = f"algosel train {SLICE} --models {tmp_path} --name m --quick --n-estimators 30 --folds 2 --no-progress"
-    assert manifest["command"] == command and f"\n{command}\n" in (model / "README.md").read_text()
+    command = (f"algosel train {SLICE} --models {tmp_path} --name m --quick --n-estimators 30 --folds 2 "
+               "--trees compiled --no-progress")  # fmt: skip
+    assert manifest["command"] == command and manifest["first_prediction_trees"] == "compiled"
+    assert f"\n{command}\n" in (model / "README.md").read_text()
 
     reports = tmp_path / "reports"
     assert main(["evaluate", "--model", str(model), "--data", str(SLICE), "--out", str(reports), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "Held-out shapes" in out and "Leave one network out" in out and "Whole networks" in out
     report = json.loads((reports / "report.json").read_text())
-    assert {"test", "lono", "network_totals"} <= set(report)
+    assert {"test", "lono", "network_totals", "test_never_run", "test_all"} <= set(report)
+    # the headline is on the problems a training step runs: the never-run ones are reported beside, not in it
+    assert report["test_problems"] + report["test_problems_never_run"] == sum(
+        r["problems"] for r in report["test_all"] if r["group"] == "all" and r["selector"] == "model"
+    )
     assert (reports / "network_totals.csv").is_file() and (reports / "report.csv").is_file()
     assert "files" not in report and verify_directory(model) == []
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from algosel.measure.grid import LOSS_FAMILIES, GridSpec, family_of, sample_grid
+from algosel.measure.grid import LOSS_FAMILIES, TARGETED_FAMILIES, GridSpec, family_of, sample_grid
 from algosel.problem import ConvProblem
 
 
@@ -90,7 +90,9 @@ def test_the_loss_mix_draws_families_by_their_shares() -> None:
     shapes = sample_grid(GridSpec(count=600, seed=1, mix="loss"))
     counts = {f: 0 for f, _ in LOSS_FAMILIES}
     for p in shapes:
-        counts[family_of(p)] += 1
+        family = family_of(p)
+        # a stem: a large kernel or a 3x3 drawn strided over few channels; counted as the large kernel it mostly is
+        counts[family if family != "stem" else "large_kernel"] += 1
     shares = {f: counts[f] / len(shapes) for f in counts}
     # Pointwise is the largest share of the loss and of this mix; it is a fifth of the networks mix.
     assert shares["pointwise"] > 0.25
@@ -109,7 +111,11 @@ def test_the_loss_mix_is_seeded_and_prefix_stable() -> None:
 
 def test_family_of_tells_each_family_from_its_shapes() -> None:
     seen = {family_of(p) for p in sample_grid(GridSpec(count=300))}
-    assert seen == {f for f, _ in LOSS_FAMILIES}
+    # every family of the networks mix, and a few of its large kernels drawn strided over 3 channels: stems
+    assert {f for f, _ in LOSS_FAMILIES} <= seen <= {f for f, _ in TARGETED_FAMILIES}
+    assert family_of(ConvProblem(8, 3, 64, 224, 224, 7, 7, 3, 3, 2, 2)) == "stem"
+    assert family_of(ConvProblem(8, 3, 64, 224, 224, 4, 4, stride_h=4, stride_w=4)) == "stem"
+    assert family_of(ConvProblem(8, 3, 64, 224, 224, 7, 7, 3, 3)) == "large_kernel"  # stride 1: not a stem
     assert family_of(ConvProblem(8, 64, 64, 28, 28, 3, 3, 1, 1)) == "conv3x3"
     assert family_of(ConvProblem(8, 64, 64, 28, 28, 3, 3, 1, 1, groups=64)) == "depthwise"
     assert family_of(ConvProblem(8, 64, 64, 28, 28, 1, 1, stride_h=2, stride_w=2)) == "pointwise"
@@ -119,3 +125,15 @@ def test_family_of_tells_each_family_from_its_shapes() -> None:
 def test_unknown_mix_is_a_value_error_naming_it() -> None:
     with pytest.raises(ValueError, match="'lossy'"):
         GridSpec(mix="lossy")
+
+
+def test_the_targeted_mix_draws_stems_over_few_channels_first_and_records_its_source() -> None:
+    shapes = sample_grid(GridSpec(count=100, seed=2, mix="targeted"))
+    families = [family_of(p) for p in shapes]
+    assert max(set(families), key=families.count) == "stem"
+    assert set(families) == {f for f, _ in TARGETED_FAMILIES}
+    stems = [p for p, f in zip(shapes, families) if f == "stem"]
+    assert all(p.c <= 4 and p.stride_h >= 2 and p.r >= 3 for p in stems)
+    assert {p.r for p in stems} >= {3, 4, 7} and {p.stride_h for p in stems} == {2, 4}
+    assert GridSpec(mix="targeted").source == "grid:targeted"
+    assert sample_grid(GridSpec(count=120, seed=2, mix="targeted"))[:100] == shapes

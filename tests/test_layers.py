@@ -101,8 +101,9 @@ def test_every_conv_call_of_a_file_model_is_extracted(model_file: Path) -> None:
     model = load_model(f"{model_file}:make_model")
     assert all(p.is_meta for p in model.parameters()), "built on the meta device"
     frame, skipped = model_layers(model, [parse_input("4,3,32,32")], "usernet")
-    assert list(frame.columns) == [*SUITE_COLUMNS, "layout"] and set(frame["layout"]) == {"nchw"}
+    assert list(frame.columns) == [*SUITE_COLUMNS, "layout", "input_grad"] and set(frame["layout"]) == {"nchw"}
     assert list(frame["layer"]) == ["stem", "dw", "std", "head"]
+    assert list(frame["input_grad"]) == [0, 1, 1, 1]  # the stem's input is the image
     assert [_shape(r) for r in frame.to_dict("records")] == [
         (4, 3, 13, 32, 32, 3, 3, 1, 1, 2, 2, 1, 1, 1),
         (4, 13, 13, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 13),
@@ -222,11 +223,12 @@ def test_write_load_round_trip(tmp_path: Path, model_file: Path) -> None:
     frame, _ = model_layers(load_model(f"{model_file}:make_model"), [parse_input("4,3,32,32")], "usernet")
     path = write_layers(frame, tmp_path / "sub" / "layers.csv")
     loaded = load_layers(path)
-    assert list(loaded.columns) == list(LAYERS_COLUMNS) and (loaded["calls"] == 1).all()
+    assert list(loaded.columns) == [*LAYERS_COLUMNS, "input_grad"] and (loaded["calls"] == 1).all()
     columns = [*SUITE_COLUMNS, "layout"]
-    pd.testing.assert_frame_equal(loaded[columns], frame.astype({f: "int64" for f in LAYER_FIELDS}))
+    pd.testing.assert_frame_equal(loaded[columns], frame[columns].astype({f: "int64" for f in LAYER_FIELDS}))
+    assert list(loaded["input_grad"]) == [str(v) for v in frame["input_grad"]]
     # A layers file is a suite file: the suites' reader takes it.
-    pd.testing.assert_frame_equal(load_suite("layers", tmp_path / "sub"), loaded[columns])
+    pd.testing.assert_frame_equal(load_suite("layers", tmp_path / "sub"), loaded[[*columns, "input_grad"]])
     # and writing what was read gives the same bytes
     again = write_layers(loaded.drop(columns="calls"), tmp_path / "again.csv")
     assert again.read_bytes() == path.read_bytes()

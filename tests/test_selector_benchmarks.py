@@ -19,6 +19,25 @@ def _refit_script_error(script: str, args: list[str]) -> subprocess.CompletedPro
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
 
 
+def test_ranker_settings_fits_a_ranker_per_direction_on_the_same_problems(tmp_path):
+    from algosel.learn.evaluate import is_test_shape
+    from algosel.problem import ConvProblem
+    from algosel.records import load_records
+
+    out = tmp_path / "settings.json"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "ranker_settings.py"), "--data", str(SLICE), "--folds", "2",
+           "--seeds", "0", "--threads", "1", "--split", "direction", "--out", str(out)]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert json.loads(out.read_text())["split"] == "direction"
+    keys = load_records(SLICE)[0]["problem_key"].unique()
+    held = [k for k, test in zip(keys, is_test_shape([ConvProblem.from_key(k).shape_key for k in keys])) if test]
+    # the three rankers' picks together cover every held-out problem once; those a training step runs are fewer
+    assert row["held_out_problems"] == len(held)
+    assert 0 < row["held_out_run_problems"] <= row["held_out_problems"] and row["held_out_run_geomean"] >= 1
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

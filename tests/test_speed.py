@@ -64,3 +64,31 @@ def test_the_estimate_of_a_model_is_deterministic_and_grows_with_its_trees(slice
     half = Selector.load(slice_model[0])
     half.ranker.booster_ = lgb.Booster(model_str=half.ranker.booster_.model_to_string(num_iteration=20))
     assert first_prediction_nodes(half, problems)["ranker"] < first["ranker"]
+
+
+def test_the_compiled_line_lets_more_tree_nodes_within_the_budget():
+    from algosel.learn.speed import COMPILED_LINE, LATENCY_LINES, LIGHTGBM_LINE, PREDICT_BUDGET_US
+
+    assert LATENCY_LINES == {"lightgbm": LIGHTGBM_LINE, "compiled": COMPILED_LINE}
+    assert estimated_first_prediction_us(15487.0) == pytest.approx(FIXED_US + NS_PER_NODE * 15.487)
+    # the shipped model's nodes on both lines, and the line through its and a 255 x 600 ranker's timed medians
+    assert estimated_first_prediction_us({"total": 15487.0}, COMPILED_LINE) == pytest.approx(502.4, abs=1)
+    assert COMPILED_LINE.estimate_us(57977) == pytest.approx(1063.3, abs=1)
+    fits = {name: (PREDICT_BUDGET_US - line.fixed_us) / line.ns_per_node * 1000 for name, line in LATENCY_LINES.items()}
+    assert fits["compiled"] > 2 * fits["lightgbm"]
+
+
+def test_train_refuses_an_unknown_trees_path_in_one_line(capsys, tmp_path):
+    from conftest import SLICE
+
+    from algosel.cli import main
+    from algosel.learn.train import train
+
+    with pytest.raises(SystemExit) as done:  # argparse's usage error, on one line
+        main(["train", str(SLICE), "--models", str(tmp_path), "--trees", "fast"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--trees" in err[0] and "'fast'" in err[0]
+    with pytest.raises(ValueError, match="trees 'fast'"):
+        train([SLICE], models_root=tmp_path, trees="fast")
+    assert not any(tmp_path.iterdir())

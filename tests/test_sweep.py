@@ -579,3 +579,21 @@ def test_sweeps_measure_every_candidate_however_slow_its_build(monkeypatch) -> N
     sweeper.slow_build_s = None  # a sweep's setting
     pairs = [(space, space.candidate(n, FC.direction)) for n in ("eng3_a=0.2", "eng3_b=0.2")]
     assert len(sweeper.measure_candidates(FC, pairs)) == 2 and sweeper.slow_engines == set()
+
+
+def test_the_targeted_sweep_script_lists_its_400_cases_without_a_gpu(tmp_path) -> None:
+    """benchmarks/targeted_sweep.sh's DRY_RUN: the device command of issue 40, tested here up to the measurement."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO, SLICE
+
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "KEEP": str(tmp_path / "keep"), "BASE": str(SLICE),
+           "DRY_RUN": "1", "PYTHON": sys.executable}  # fmt: skip
+    script = ["bash", "benchmarks/targeted_sweep.sh"]
+    done = subprocess.run(script, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "400 cases (400 from the grid)" in done.stdout
+    assert (tmp_path / "out" / "before.txt").read_text() == done.stdout
+    assert not (tmp_path / "keep").exists() or not any((tmp_path / "keep").glob("part-*"))

@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from algosel.learn.features import frame_features
 from algosel.learn.ranker import Ranker, RankerParams, with_ratios
 from algosel.learn.rules import SHORTLIST_RANK, shortlist_mask
+from algosel.measure.steps import call_runs, input_needs_grad, runs_in_training
 from algosel.problem import SHAPE_FIELDS, ConvProblem
 from algosel.records.analysis import comparison_table, per_problem, selector_stats
 
@@ -129,6 +130,14 @@ def held_out_table(sel: Selector, frame: pd.DataFrame, prep: Prepared) -> pd.Dat
     on its own shortlist: every selector on the same held-out problems."""
     test = prep.rows(is_test_shape(prep.shape))
     return selector_table(frame, pick_times(test.data, sel.ranker.score(test.X), sel.manifest.get("shortlist_rank")))
+
+
+def mark_runs(table: pd.DataFrame, never_shapes: set[str]) -> pd.DataFrame:
+    """Add the column ``runs`` to a table indexed by problem key, in place: False for the problems a training step
+    never executes (the ``bwd_data`` of a shape in ``never_shapes``: every call of it takes an input that needs no
+    gradient; :func:`~algosel.measure.steps.no_input_grad_shapes`), True elsewhere."""
+    table["runs"] = runs_in_training(table.index, never_shapes)
+    return table
 
 
 def with_pytorch_fallback(table: pd.DataFrame, selectors: Iterable[str] = SELECTORS) -> pd.DataFrame:
@@ -251,8 +260,9 @@ def network_totals(
     """Whole-network fwd + bwd time per selector: the sum over every conv call of the network.
 
     ``tables`` maps a network to its :func:`selector_table` (indexed by problem key; with leave-one-network-out,
-    each network's own), which must have a column per name of ``selectors``. The first conv of a classification
-    network gets no ``bwd_data`` (autograd does not compute the gradient of the input image). Calls whose problem
+    each network's own), which must have a column per name of ``selectors``. A call whose input needs no gradient
+    (the first conv over images; :func:`~algosel.measure.steps.input_needs_grad`) gets no ``bwd_data``: autograd
+    does not compute it. Calls whose problem
     is not in the network's table are left out of the sums and counted in ``missing_problems``; ``calls`` counts
     the ones summed (one per conv call and direction). A network and dtype with no call in its table has no row.
     """
@@ -265,11 +275,11 @@ def network_totals(
         for dtype in dtypes:
             totals = dict.fromkeys(("best", *selectors), 0.0)
             missing = calls = 0
-            for i, layer in enumerate(layers.to_dict("records")):
+            for layer, needs_grad in zip(layers.to_dict("records"), input_needs_grad(layers)):
                 fields = {f: int(layer[f]) for f in SHAPE_FIELDS}
                 p = ConvProblem(**fields, dtype=dtype, layout="nchw")
                 for q in p.directions():
-                    if i == 0 and q.direction == "bwd_data" and network != "fpn":
+                    if not call_runs(q.direction, needs_grad):
                         continue
                     if q.key not in table_times.index:
                         missing += 1
@@ -392,8 +402,9 @@ def layers_totals(
         Columns of ``table`` to total.
     unseen_network : str
         The network of a recorder's file of unseen problems, whose rows are shapes rather than a network's layers
-        in order: every direction of each is counted. Elsewhere the first row of each (network, size) block is the
-        network's first convolution, whose input (the image) needs no gradient: its ``bwd_data`` is left out, as
+        in order: every direction of each is counted. Elsewhere a call whose input needs no gradient (the file's
+        ``input_grad`` column, else the first row of each (network, size) block: the network's first convolution,
+        over its images; :func:`~algosel.measure.steps.input_needs_grad`) has its ``bwd_data`` left out, as
         :func:`network_totals` does.
 
     Returns
@@ -410,14 +421,14 @@ def layers_totals(
     rows = []
     for label, frame in layers.items():
         for (network, size), block in frame.groupby(["network", "size"], sort=False):
-            records = block.to_dict("records")
+            records = list(zip(block.to_dict("records"), input_needs_grad(block, unseen_network=unseen_network)))
             for dtype, layout in combos:
                 sums = np.zeros(1 + len(selectors))
                 calls = missing = 0
-                for i, layer in enumerate(records):
+                for layer, needs_grad in records:
                     p = ConvProblem(**{f: int(layer[f]) for f in SHAPE_FIELDS}, dtype=dtype, layout=layout)
                     for q in p.directions():
-                        if i == 0 and q.direction == "bwd_data" and network != unseen_network:
+                        if not call_runs(q.direction, needs_grad):
                             continue
                         weight = int(layer.get("calls", 1))
                         if q.key in times:

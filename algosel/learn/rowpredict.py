@@ -102,9 +102,13 @@ class RowPredictor:
                 pass
 
 
-def row_predictor(owner: Any, booster: lgb.Booster) -> RowPredictor:
-    """The :class:`RowPredictor` of ``booster``, kept on ``owner`` (a ranker or time model) until its booster
-    changes."""
+def row_predictor(owner: Any, booster: lgb.Booster) -> Any:
+    """What predicts ``booster``'s few rows for ``owner`` (a ranker or time model): its compiled forest where one is
+    attached for this booster (``compiled_forest``, :mod:`algosel.learn.compiled`), else the :class:`RowPredictor` of
+    ``booster``, kept on ``owner`` until its booster changes. Both have ``predict(X)``."""
+    compiled = owner.__dict__.get("compiled_forest")
+    if compiled is not None and compiled.booster is booster:
+        return compiled
     pred = owner.__dict__.get("_row_predictor")
     if pred is None or pred.booster is not booster:
         pred = RowPredictor(booster)

@@ -39,6 +39,7 @@ from algosel.learn.artifact import (
     save_artifact,
     space_of,
 )
+from algosel.learn.compiled import attach_cached
 from algosel.learn.features import assemble, hardware_vector, listed_candidate_matrix
 from algosel.learn.ranker import Ranker
 from algosel.learn.rules import allowed, on_shortlist
@@ -259,7 +260,9 @@ class Selector:
             time_model = TimeModel.load(directory, section, artifact.manifest) if section else None
         except ValueError as exc:  # TimeModelError or SelectorError: a listed file missing, damaged or corrupt
             raise SelectorError(str(exc)) from exc
-        return cls(artifact.ranker, artifact.manifest, artifact.catalogue, time_model, target=target)
+        selector = cls(artifact.ranker, artifact.manifest, artifact.catalogue, time_model, target=target)
+        attach_cached(selector)  # the trees as native code, where `algosel compile` cached them on this machine
+        return selector
 
     # ------------------------------------------------------------------------------------------- choosing
     def candidates_for(self, problem: ConvProblem, live: bool = False) -> tuple[list[dict[str, Any]], str]:

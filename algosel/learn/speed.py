@@ -30,6 +30,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import lightgbm as lgb
@@ -49,6 +50,29 @@ PREDICT_BUDGET_US = 1000.0
 FIXED_US = 368.0
 #: ... and per tree node walked (see the module docstring).
 NS_PER_NODE = 30.5
+
+
+@dataclass(frozen=True)
+class LatencyLine:
+    """A first prediction's estimated time on one core: ``fixed_us`` plus ``ns_per_node`` per tree node walked."""
+
+    fixed_us: float
+    ns_per_node: float
+
+    def estimate_us(self, nodes: float) -> float:
+        """The estimate for ``nodes`` tree nodes walked per problem."""
+        return self.fixed_us + self.ns_per_node * float(nodes) / 1000.0
+
+
+#: Where the trees go through LightGBM (the line of the module docstring).
+LIGHTGBM_LINE = LatencyLine(FIXED_US, NS_PER_NODE)
+#: Where the trees are compiled (:mod:`algosel.learn.compiled`): the line through two models' timed medians on the
+#: compiled path (``benchmarks/predict_speed.py``, one core of the 2-core machine, 2026-12-06): the shipped 127 x 150
+#: model, 15,487 nodes per problem, 503 us, and a 255 x 600 ranker with the same time model, 57,977 nodes, 1,065 us.
+#: Two points, on a shared machine: a rougher line than LightGBM's seven.
+COMPILED_LINE = LatencyLine(298.0, 13.2)
+#: The lines by the name ``algosel train --trees`` takes.
+LATENCY_LINES: dict[str, LatencyLine] = {"lightgbm": LIGHTGBM_LINE, "compiled": COMPILED_LINE}
 #: Grid shapes (x 3 directions) of the benchmark and the estimate.
 SPEED_SHAPES = 300
 #: The seed of those shapes: not the sweep's (0), so none of them is recorded.
@@ -167,8 +191,9 @@ def first_prediction_nodes(selector: Selector, problems: list[ConvProblem]) -> d
     return {"ranker": r, "time_model": t, "total": r + t, "ranker_rows": rows}
 
 
-def estimated_first_prediction_us(nodes: dict[str, float] | float) -> float:
-    """The first prediction's estimated time on one core (:data:`FIXED_US` + :data:`NS_PER_NODE` per node) for
-    :func:`first_prediction_nodes`'s count (or its ``total``)."""
+def estimated_first_prediction_us(nodes: dict[str, float] | float, line: LatencyLine = LIGHTGBM_LINE) -> float:
+    """The first prediction's estimated time on one core (by default :data:`FIXED_US` + :data:`NS_PER_NODE` per node,
+    the trees through LightGBM; :data:`COMPILED_LINE` where they are compiled) for :func:`first_prediction_nodes`'s
+    count (or its ``total``)."""
     total = nodes["total"] if isinstance(nodes, dict) else float(nodes)
-    return FIXED_US + NS_PER_NODE * total / 1000.0
+    return line.estimate_us(total)

@@ -37,7 +37,13 @@ from algosel.learn.evaluate import TEST_FRACTION, Prepared, is_test_shape, pick_
 from algosel.learn.ranker import Ranker, RankerParams, fingerprint
 from algosel.learn.rules import SHORTLIST_RANK
 from algosel.learn.selector import Selector, blocked_engines, build_catalogue
-from algosel.learn.speed import PREDICT_BUDGET_US, estimated_first_prediction_us, first_prediction_nodes, new_problems
+from algosel.learn.speed import (
+    LATENCY_LINES,
+    PREDICT_BUDGET_US,
+    estimated_first_prediction_us,
+    first_prediction_nodes,
+    new_problems,
+)
 from algosel.learn.time_model import TIME_MODEL_FILE, TimeModel, TimeModelParams, calibration
 from algosel.learn.tuning import tune, within_budget
 from algosel.records.environment import gpu_slug
@@ -106,6 +112,7 @@ def train(
     time_params: TimeModelParams | None = None,
     predict_budget_us: float = PREDICT_BUDGET_US,
     command: str | None = None,
+    trees: str = "lightgbm",
 ) -> tuple[Path, dict[str, Any]]:
     """Train and save a selector; returns its directory and a summary (also written into the manifest).
 
@@ -134,6 +141,10 @@ def train(
         estimates it) a tuned setting may have to be kept.
     command : str, optional
         The command line that trains it (``algosel train`` passes its own), written into the manifest and README.
+    trees : str
+        The prediction path the budget is estimated for (:data:`~algosel.learn.speed.LATENCY_LINES`): ``lightgbm``,
+        or ``compiled`` where the model's users compile its trees (``algosel compile``), which lets a larger setting
+        within the budget. Recorded in the manifest (``first_prediction_trees``).
 
     Raises
     ------
@@ -142,6 +153,8 @@ def train(
         and test on (:class:`~algosel.records.RecordsError`), unreadable records.
     """
     t0 = time.perf_counter()
+    if trees not in LATENCY_LINES:
+        raise ValueError(f"trees {trees!r}: one of {', '.join(LATENCY_LINES)}")
     folds = check_folds(folds)
     frame, envs = load_records(*data)
     if frame.empty:
@@ -178,7 +191,7 @@ def train(
     def latency_us(sel: Selector) -> float:
         # Estimated from the tree nodes walked, not timed: the same model from the same command on any machine.
         nodes[id(sel.ranker)] = first_prediction_nodes(sel, new_problems())
-        return estimated_first_prediction_us(nodes[id(sel.ranker)])
+        return estimated_first_prediction_us(nodes[id(sel.ranker)], LATENCY_LINES[trees])
 
     try:
         _, tuning = tune(train_prep, grid or DEFAULT_GRID, base, folds=folds, frame=frame, progress=progress)
@@ -220,6 +233,7 @@ def train(
         # Estimated (algosel.learn.speed); benchmarks/predict_speed.py times it.
         "first_prediction_us_estimate": float(tuning.loc[tuning["chosen"], "predict_us_estimate"].iloc[0]),
         "first_prediction_nodes": nodes[id(ranker)],
+        "first_prediction_trees": trees,
         "time_model": {
             "file": TIME_MODEL_FILE,
             "target": "log2(time_ms)",

@@ -9,7 +9,10 @@ A layers file has the columns of a suite (:data:`~algosel.measure.suites.SUITE_C
 shape fields, size), optionally :data:`~algosel.measure.suites.LAYOUT_COLUMN`, the layout the network ran the call in
 (``algosel layers`` records it from the call's strides; ``algosel sweep --layers`` measures each row in it as well as
 in the layouts asked), and optionally :data:`CALLS_COLUMN`, how many calls a row stands for (one when absent: the
-rows of ``algosel layers`` are single calls in execution order). The runtime hook's record of the problems it met
+rows of ``algosel layers`` are single calls in execution order), and optionally
+:data:`~algosel.measure.suites.INPUT_GRAD_COLUMN`, whether the call's input needs a gradient in training (``algosel
+layers`` records it from autograd; where absent, :mod:`algosel.measure.steps` tells it from the call's position: a
+network's first call takes its images). The runtime hook's record of the problems it met
 without records (:mod:`algosel.runtime.unseen`) is a layers file of network :data:`UNSEEN_NETWORK` with one row
 per shape and its call count.
 """
@@ -31,6 +34,7 @@ from torch import nn
 
 from algosel.files import write_text
 from algosel.measure.suites import (
+    INPUT_GRAD_COLUMN,
     LAYER_FIELDS,
     LAYOUT_COLUMN,
     SUITE_COLUMNS,
@@ -214,7 +218,8 @@ def model_layers(
     Returns
     -------
     (pandas.DataFrame, dict)
-        Columns :data:`~algosel.measure.suites.SUITE_COLUMNS` and ``layout``; and the convolutions algosel does not
+        Columns :data:`~algosel.measure.suites.SUITE_COLUMNS`, ``layout`` and ``input_grad`` (1 where the call's input
+        requires a gradient, so that a training step computes its ``bwd_data``); and the convolutions algosel does not
         cover (1-D, 3-D, transposed), calls per function name summed over the inputs.
 
     Raises
@@ -248,13 +253,13 @@ def model_layers(
             rows.append({"network": network, **record, "size": size})
         for function, count in calls.skipped.items():
             skipped[function] = skipped.get(function, 0) + count
-    return pd.DataFrame(rows, columns=[*SUITE_COLUMNS, LAYOUT_COLUMN]), skipped
+    return pd.DataFrame(rows, columns=[*SUITE_COLUMNS, LAYOUT_COLUMN, INPUT_GRAD_COLUMN]), skipped
 
 
 def write_layers(frame: pd.DataFrame, path: str | Path) -> Path:
-    """Write a layers frame as CSV (columns :data:`SUITE_COLUMNS`, then ``layout`` and ``calls`` where the frame has
-    them), atomically (:func:`algosel.files.write_text`): an interrupted write leaves no half file."""
-    columns = [*SUITE_COLUMNS, *(c for c in (LAYOUT_COLUMN, CALLS_COLUMN) if c in frame)]
+    """Write a layers frame as CSV (columns :data:`SUITE_COLUMNS`, then ``layout``, ``calls`` and ``input_grad`` where
+    the frame has them), atomically (:func:`algosel.files.write_text`): an interrupted write leaves no half file."""
+    columns = [*SUITE_COLUMNS, *(c for c in (LAYOUT_COLUMN, CALLS_COLUMN, INPUT_GRAD_COLUMN) if c in frame)]
     # Explicit "\n", as the suites: the same bytes whatever platform writes them.
     return write_text(path, frame.loc[:, columns].to_csv(index=False, lineterminator="\n"))
 
@@ -265,8 +270,8 @@ def load_layers(path: str | Path) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns :data:`LAYERS_COLUMNS`; ``layout`` is empty (not recorded) and ``calls`` 1 where the file has no such
-        column.
+        Columns :data:`LAYERS_COLUMNS`, then ``input_grad`` where the file has it; ``layout`` is empty (not recorded)
+        and ``calls`` 1 where the file has no such column.
 
     Raises
     ------
@@ -279,7 +284,7 @@ def load_layers(path: str | Path) -> pd.DataFrame:
         frame[LAYOUT_COLUMN] = ""
     if CALLS_COLUMN not in frame:
         frame[CALLS_COLUMN] = 1
-    return frame.loc[:, list(LAYERS_COLUMNS)]
+    return frame.loc[:, [*LAYERS_COLUMNS, *(c for c in (INPUT_GRAD_COLUMN,) if c in frame)]]
 
 
 def layers_problems(frame: pd.DataFrame, dtype: str, layout: str = "nchw") -> list[ConvProblem]:

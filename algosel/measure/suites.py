@@ -47,6 +47,10 @@ SUITE_COLUMNS: tuple[str, ...] = ("network", "layer", *LAYER_FIELDS, "size")
 #: channels_last-strided, which networks do inside themselves whatever their input: torchvision's ConvNeXt permutes
 #: each block's output back to NHWC strides, so its depthwise convolutions are NHWC problems.
 LAYOUT_COLUMN = "layout"
+#: The optional column of a layers file: 1 where the call's input needs a gradient in a training step (autograd
+#: computes its ``bwd_data``), 0 where it does not (a network's first convolution over its images), empty where not
+#: recorded (:mod:`algosel.measure.steps` then tells it from the call's position).
+INPUT_GRAD_COLUMN = "input_grad"
 _TEXT_COLUMNS: tuple[str, ...] = ("network", "layer", "size")
 
 #: Feature-map strides of a ResNet backbone's C2..C5 outputs, which an FPN consumes.
@@ -88,6 +92,10 @@ class SuiteSpec:
         Channels of the (first) input tensor; informational for the FPN, whose inputs are four feature maps.
     needs_torchvision : bool
         Whether building the model imports torchvision.
+    input_needs_grad : bool
+        Whether the network's inputs need a gradient in training: features of a backbone trained with it (the FPN
+        head, AlexNet's classifier), rather than images. Where they do not, the input gradient of the first
+        convolution never runs (:mod:`algosel.measure.steps`).
     """
 
     name: str
@@ -96,6 +104,7 @@ class SuiteSpec:
     batch: int
     in_channels: int = 3
     needs_torchvision: bool = True
+    input_needs_grad: bool = False
 
     @property
     def size(self) -> tuple[int, int]:
@@ -125,6 +134,7 @@ SUITES: dict[str, SuiteSpec] = {
         1600,
         in_channels=256,
         needs_torchvision=False,
+        input_needs_grad=True,
     ),
     "fpn": SuiteSpec(
         "fpn",
@@ -133,6 +143,7 @@ SUITES: dict[str, SuiteSpec] = {
         1,
         in_channels=FPN_IN_CHANNELS[0],
         needs_torchvision=False,
+        input_needs_grad=True,
     ),
 }
 
@@ -290,6 +301,7 @@ def _layer_record(name: str, conv: nn.Conv2d, x: torch.Tensor) -> dict[str, Any]
         "dilation_w": int(conv.dilation[1]),
         "groups": int(conv.groups),
         LAYOUT_COLUMN: call_layout(x, conv.weight),
+        INPUT_GRAD_COLUMN: int(x.requires_grad),
     }
 
 
@@ -326,7 +338,7 @@ def _functional_record(name: str, args: tuple[Any, ...], kwargs: dict[str, Any])
     return {"layer": name, "n": n, "c": c, "k": int(weight.shape[0]), "h": h, "w": w, "r": kernel[0],
             "s": kernel[1], "pad_h": pad_h, "pad_w": pad_w, "stride_h": stride_h, "stride_w": stride_w,
             "dilation_h": dilation_h, "dilation_w": dilation_w, "groups": int(bound["groups"]),
-            LAYOUT_COLUMN: call_layout(x, weight)}  # fmt: skip
+            LAYOUT_COLUMN: call_layout(x, weight), INPUT_GRAD_COLUMN: int(x.requires_grad)}  # fmt: skip
 
 
 @dataclass
@@ -398,10 +410,11 @@ def _run_hooked(model: nn.Module, args: tuple[Any, ...]) -> ConvCalls:
     modes = [(module, module.training) for module in model.modules()]
     functional = _FunctionalConvs(records, names, inside_conv)
     try:
-        # Inference mode: suites describe inference shapes (e.g. no auxiliary heads), and eval avoids batch
-        # statistics and random dropout masks we do not need.
+        # Eval mode: suites describe inference shapes (e.g. no auxiliary heads), and eval avoids batch statistics
+        # and random dropout masks we do not need. Gradients on (free on meta tensors): whether a call's input
+        # requires a gradient is what tells a training step's input gradients (INPUT_GRAD_COLUMN).
         model.eval()
-        with torch.no_grad(), functional:
+        with torch.enable_grad(), functional:
             model(*args)
     finally:
         for module, training in modes:
@@ -650,7 +663,8 @@ def read_layer_table(
     pandas.DataFrame
         Columns :data:`SUITE_COLUMNS` in order (int64 shape fields, str text columns), then :data:`LAYOUT_COLUMN`
         where the file has it (``nchw``, ``nhwc`` or empty), then those of ``extra_int_columns`` the file has
-        (int64); other columns are dropped.
+        (int64), and :data:`INPUT_GRAD_COLUMN` (``"1"``, ``"0"`` or empty) where the file has it; other columns are
+        dropped.
 
     Raises
     ------
@@ -677,7 +691,15 @@ def read_layer_table(
         raise ValueError(f"{label} {path} holds no rows")
     int_columns = [*LAYER_FIELDS, *(c for c in extra_int_columns if c in frame.columns)]
     layout = [LAYOUT_COLUMN] if LAYOUT_COLUMN in frame.columns else []
-    out = frame.loc[:, [*SUITE_COLUMNS, *layout, *int_columns[len(LAYER_FIELDS) :]]].copy()
+    grad = [INPUT_GRAD_COLUMN] if INPUT_GRAD_COLUMN in frame.columns else []
+    out = frame.loc[:, [*SUITE_COLUMNS, *layout, *grad, *int_columns[len(LAYER_FIELDS) :]]].copy()
+    if grad:
+        out[INPUT_GRAD_COLUMN] = out[INPUT_GRAD_COLUMN].str.strip()
+        bad = ~out[INPUT_GRAD_COLUMN].isin(("", "0", "1"))
+        if bad.any():
+            i = int(bad.to_numpy().nonzero()[0][0])
+            raise ValueError(f"{label} {path}, line {i + 2}, column {INPUT_GRAD_COLUMN!r}: "
+                             f"{frame[INPUT_GRAD_COLUMN].iloc[i]!r} is not 1, 0 or empty")  # fmt: skip
     if layout:
         out[LAYOUT_COLUMN] = out[LAYOUT_COLUMN].str.strip().str.lower()
         bad = ~out[LAYOUT_COLUMN].isin(("", "nchw", "nhwc"))

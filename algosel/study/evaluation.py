@@ -30,6 +30,7 @@ from algosel.learn.evaluate import (
     cell_wins,
     is_test_shape,
     leave_one_network_out,
+    mark_runs,
     network_totals,
     pick_times,
     report,
@@ -40,6 +41,7 @@ from algosel.learn.evaluate import (
 from algosel.learn.ranker import RankerParams, fingerprint
 from algosel.learn.selector import Selector
 from algosel.learn.time_model import calibration, format_calibration
+from algosel.measure.steps import no_input_grad_shapes, runs_in_training
 from algosel.measure.suites import load_suites
 from algosel.records.environment import mismatches
 from algosel.records.store import load_records, main_environment
@@ -134,7 +136,7 @@ def run_evaluation(
     ``overwrite``.
     """
     check_out(out, model_dir, overwrite)
-    lines, files = _evaluation(model_dir, data, lono, progress, force)
+    lines, files = _evaluation(model_dir, data, lono, progress, force, layers or [])
     if layers:
         more, layer_files = _layers_evaluation(model_dir, data, layers, compare_model)
         lines += more
@@ -144,9 +146,17 @@ def run_evaluation(
     return "\n".join(lines)
 
 
-def _evaluation(model_dir: str, data: list[str], lono: bool, progress: bool, force: bool
+def _evaluation(model_dir: str, data: list[str], lono: bool, progress: bool, force: bool, layers: list[str]
                 ) -> tuple[list[str], dict[str, bytes]]:  # fmt: skip
-    """The text lines and the files (name -> content) of :func:`run_evaluation`, less the layers."""
+    """The text lines and the files (name -> content) of :func:`run_evaluation`, less the layers' tables.
+
+    The held-out headline is on the problems a training step runs: the input gradient of a shape that the suites and
+    ``layers`` files call only on inputs that need no gradient (a network's first convolution, over its images) is
+    reported beside it, not in it (:mod:`algosel.measure.steps`)."""
+    from algosel.measure.layers import load_layers  # noqa: PLC0415
+
+    suites = load_suites()
+    never = no_input_grad_shapes([suites, *(load_layers(path) for path in layers)])
     # force: the visible GPU (if any) does not matter here; the records' environment is compared below.
     sel = Selector.load(model_dir, force=True)
     frame, envs = load_records(*data)
@@ -173,16 +183,22 @@ def _evaluation(model_dir: str, data: list[str], lono: bool, progress: bool, for
     test = prep.rows(is_test_shape(prep.shape))
     shortlist = sel.manifest.get("shortlist_rank")
     scores = sel.ranker.score(test.X)
-    table = selector_table(frame, pick_times(test.data, scores, shortlist))
+    every = mark_runs(selector_table(frame, pick_times(test.data, scores, shortlist)), never)
+    table, rest = every[every["runs"]], every[~every["runs"]]
     comp = report(table)
     cells = cell_table(table)
     wins = cell_wins(cells)
-    curve = top_k_curve(test.data, scores, shortlist_rank=shortlist)
+    run_rows = runs_in_training(test.data["problem_key"], never)
+    curve = top_k_curve(test.data[run_rows].reset_index(drop=True), scores[run_rows], shortlist_rank=shortlist)
     lines += [
         "",
-        f"Held-out shapes ({len(table)} problems, never seen in training or tuning): time of each "
-        "selector's pick / best measured candidate (total: sum of picked times / sum of best times)",
+        f"Held-out shapes ({len(table)} problems that a training step runs, never seen in training or tuning): time "
+        "of each selector's pick / best measured candidate (total: sum of picked times / sum of best times)",
         format_comparison(comp),
+        "",
+        f"Beside it, {len(rest)} held-out problems a training step never runs (the input gradient of a network's "
+        "first convolution, over its images):",
+        format_comparison(report(rest)) if len(rest) else "(none)",
         "",
         f"model's top-scored candidate invalid (fell through to the next): {100 * table['invalid_top1'].mean():.2f}%"
         f", of which silent wrong results: {100 * table['wrong_top1'].mean():.2f}%",
@@ -215,6 +231,9 @@ def _evaluation(model_dir: str, data: list[str], lono: bool, progress: bool, for
     result: dict[str, Any] = {
         "test": comp.to_dict("records"),
         "test_problems": len(table),
+        "test_never_run": report(rest).to_dict("records") if len(rest) else [],
+        "test_problems_never_run": len(rest),
+        "test_all": report(every).to_dict("records"),
         "cells": cells.to_dict("records"),
         "cell_wins": wins.to_dict("records"),
         "top_k": curve.to_dict("records"),
@@ -230,7 +249,6 @@ def _evaluation(model_dir: str, data: list[str], lono: bool, progress: bool, for
     }
     picks = None
     if lono:
-        suites = load_suites()
         params = RankerParams(
             **{k: v for k, v in sel.manifest["params"].items() if k in RankerParams.__dataclass_fields__}
         )
