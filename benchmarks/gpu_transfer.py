@@ -1,7 +1,7 @@
 """What a selector knows about a GPU it was not trained on, and how many of that GPU's shapes a joint model needs.
 
     python benchmarks/gpu_transfer.py --known D [D ...] --new D [D ...] --model models/h200-cudnn91900 \
-        [--fractions 0.1,0.25,0.5] [--seeds 0,1,2] [--threads 2] [--curve-only] [--out results/]
+        [--fractions 0.1,0.25,0.5] [--seeds 0,1,2] [--threads 2] [--curve-only | --known-only] [--out results/]
 
 ``--known``: records of the GPU(s) a shipped model was trained on (the H200's six datasets); ``--new``: records of
 the new GPU (the H100's). Every model is fitted with ``--model``'s hyperparameters (no tuning), on the training
@@ -48,7 +48,7 @@ def share(shapes: np.ndarray, fraction: float, seed: int) -> np.ndarray:
 
 
 def run(known: list[str], new: list[str], model: str, fractions: list[float], seeds: list[int], threads: int,
-        progress=print, curve_only: bool = False) -> pd.DataFrame:  # fmt: skip
+        progress=print, curve_only: bool = False, known_only: bool = False) -> pd.DataFrame:  # fmt: skip
     """The rows of the table (see the module docstring): ``gpu``, ``selector``, ``seed`` and :data:`COLUMNS`."""
     from algosel.learn.artifact import tuned_params  # noqa: PLC0415
     from algosel.learn.evaluate import Prepared, is_test_shape  # noqa: PLC0415
@@ -95,6 +95,12 @@ def run(known: list[str], new: list[str], model: str, fractions: list[float], se
         return Ranker(replace(params, seed=seed)).fit_prepared(part.data, part.X)
 
     shipped = Selector.load(model, force=True).ranker
+    if known_only:  # the known GPU: its model, and per seed a refit of its records against the joint model
+        add(slug_known, "known model", None, shipped, records_known, test_known, baselines=True)
+        for seed in seeds:
+            add(slug_known, "known refit", seed, fit(~test & on_known, seed), records_known, test_known)
+            add(slug_known, "joint", seed, fit(~test, seed), records_known, test_known)
+        return pd.DataFrame(rows)
     add(slug_new, "known model", None, shipped, records_new, test_new, baselines=True)
     add(slug_new, "new only", 0, fit(~test & on_new), records_new, test_new)
     if not curve_only:
@@ -157,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--smoke", action="store_true", help="the committed slice as two GPUs (a check of the script)")
     ap.add_argument("--curve-only", action="store_true", help="leave out the full joint model and the known GPU's rows")
+    ap.add_argument("--known-only", action="store_true", help="only the known GPU: its model, refits and joint models "
+                    "per seed (what adding the new GPU costs there)")
     args = ap.parse_args(argv)
     try:
         fractions = [float(f) for f in args.fractions.split(",") if f]
@@ -172,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         args.known, args.new, args.model = smoke_data(tmp)
     elif not args.known or not args.new:
         ap.error("give --known and --new records (or --smoke)")
-    rows = run(args.known, args.new, args.model, fractions, seeds, args.threads, curve_only=args.curve_only)
+    rows = run(args.known, args.new, args.model, fractions, seeds, args.threads, curve_only=args.curve_only,
+               known_only=args.known_only)
     text = table(rows)
     print(text)
     if args.out:
