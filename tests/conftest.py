@@ -21,6 +21,7 @@ LONG_FILES = (
     "test_zoo_driver.py",
     "test_tutorial.py",
     "test_reliability.py",
+    "test_reliability_sweep.py",
     "test_report.py",
     "test_shared_decisions.py",
     "test_layers.py",
