@@ -35,11 +35,16 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """LONG_FILES first, in their order; then the others, most tests first (a file's tests stay in their order)."""
+def in_file_order(items: list) -> list:
+    """``items`` (anything with a ``path``) with LONG_FILES' first, in that order; then the others' files, most
+    tests first; the files' own order, and each file's order of its tests, are kept where these do not decide."""
     first = {name: i for i, name in enumerate(LONG_FILES)}
     tests = Counter(item.path for item in items)
-    items.sort(key=lambda item: (first.get(item.path.name, len(first)), -tests[item.path]))
+    return sorted(items, key=lambda item: (first.get(item.path.name, len(first)), -tests[item.path]))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items[:] = in_file_order(items)
 
 
 def slice_third(directory: Path) -> Path:
