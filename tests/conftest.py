@@ -1,14 +1,61 @@
-"""Shared fixtures: a small committed slice of the real H200 records, and a model trained on it."""
+"""Shared fixtures: a small committed slice of the real H200 records, and a model trained on it; the order in which
+the README's test command's two processes take the test files."""
 
 from __future__ import annotations
 
+import json
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SLICE = REPO / "data" / "samples" / "h200-slice"
+
+#: The test files that take longest, longest first (seconds of one process on a 2-core machine, 2026-12-06, in
+#: the comments). pytest-xdist's ``--dist loadfile`` hands each process one file at a time in the collection's
+#: order; these come first, so that a long file never starts last while the other process has nothing left to do.
+#: The other files follow as xdist orders them itself (most tests first), whose own reordering is turned off.
+LONG_FILES = (
+    "test_zoo_driver.py",
+    "test_tutorial.py",
+    "test_reliability.py",
+    "test_reliability_sweep.py",
+    "test_report.py",
+    "test_shared_decisions.py",
+    "test_layers.py",
+    "test_ranker.py",
+    "test_selector_benchmarks.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's reordering by number of tests: LONG_FILES' instead
+        config.option.loadscopereorder = False
+
+
+def in_file_order(items: list) -> list:
+    """``items`` (anything with a ``path``) with LONG_FILES' first, in that order; then the others' files, most
+    tests first; the files' own order, and each file's order of its tests, are kept where these do not decide."""
+    first = {name: i for i, name in enumerate(LONG_FILES)}
+    tests = Counter(item.path for item in items)
+    return sorted(items, key=lambda item: (first.get(item.path.name, len(first)), -tests[item.path]))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items[:] = in_file_order(items)
+
+
+def slice_third(directory: Path) -> Path:
+    """A third of the committed slice's problems (every third case), in its environment, written to ``directory``:
+    records for what trains a model and only needs it to work (training on it takes a third of the time)."""
+    from algosel.records import load_records, write_part
+
+    frame, envs = load_records(SLICE)
+    keys = sorted(frame["case_key"].unique())[::3]
+    write_part(directory / "part-third.parquet", frame[frame["case_key"].isin(keys)].to_dict("records"), envs.values())
+    return directory
 
 
 @pytest.fixture(scope="session")
@@ -21,23 +68,35 @@ def slice_records():
 @pytest.fixture(scope="session")
 def slice_model(tmp_path_factory):
     """A quickly trained selector on the slice (LambdaRank, 40 trees; a time model of 40 trees of 31 leaves), saved
-    to a temporary directory."""
+    to a temporary directory (alone in its parent) with the summary of its training.
+
+    Trained once per test run: under pytest-xdist the first process to ask trains it into the run's shared temporary
+    directory while the other waits on a file lock, then both read it (tests copy it to change it)."""
+    from filelock import FileLock
+
     from algosel.learn.ranker import RankerParams
     from algosel.learn.time_model import TimeModelParams
     from algosel.learn.train import train
 
-    root = tmp_path_factory.mktemp("models")
-    out, summary = train(
-        [SLICE],
-        models_root=root,
-        grid={"objective": ["lambdarank"]},
-        base=RankerParams(n_estimators=40),
-        folds=2,
-        progress=False,
-        name="slice",
-        time_params=TimeModelParams(n_estimators=40, num_leaves=31),
-    )
-    return out, summary
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's directory, above each process's own
+    done = shared / "slice-model.json"
+    with FileLock(shared / "slice-model.lock"):
+        if not done.is_file():
+            out, summary = train(
+                [SLICE],
+                models_root=shared / "slice-model",
+                grid={"objective": ["lambdarank"]},
+                base=RankerParams(n_estimators=40),
+                folds=2,
+                progress=False,
+                name="slice",
+                time_params=TimeModelParams(n_estimators=40, num_leaves=31),
+            )
+            done.write_text(json.dumps({"model": str(out), "summary": summary}))
+    made = json.loads(done.read_text())
+    return Path(made["model"]), made["summary"]
 
 
 @pytest.fixture(autouse=True)

@@ -187,3 +187,19 @@ def test_importing_the_hook_loads_no_model_library():
     code = "import sys, algosel.hook; print(sorted(m for m in ('lightgbm', 'pandas') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_long_test_files_are_scheduled_first():
+    """tests/conftest.py's LONG_FILES exist (a renamed file would drop out of the order silently) and come first,
+    in their order; the other files follow, most tests first, each file's tests together and in their order."""
+    from types import SimpleNamespace
+
+    from conftest import LONG_FILES, in_file_order
+
+    assert all((Path(__file__).parent / name).is_file() for name in LONG_FILES), LONG_FILES
+    tests = Path("tests")
+    items = [SimpleNamespace(path=tests / name, i=i) for i, name in enumerate(
+        ["test_a.py", "test_b.py", "test_b.py", LONG_FILES[1], "test_c.py", LONG_FILES[0], LONG_FILES[1]])]  # fmt: skip
+    got = [(item.path.name, item.i) for item in in_file_order(items)]
+    assert got == [(LONG_FILES[0], 5), (LONG_FILES[1], 3), (LONG_FILES[1], 6), ("test_b.py", 1), ("test_b.py", 2),
+                   ("test_a.py", 0), ("test_c.py", 4)]  # fmt: skip

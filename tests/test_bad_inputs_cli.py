@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 import pytest
 from cli_rows import check_command_row
 from conftest import REPO, SLICE
-from test_reliability import RECORDED, Row, _hashes, _run
+from test_reliability import RECORDED, Row, _hashes, _run, _run_in_process
 
 from algosel.files import (
     OUTPUTS_RECORD,
@@ -216,20 +216,6 @@ IN_PROCESS = ("evaluate-overwrite-model-without-suites", "summarize-c-negative",
               "report-dtype-float64", "summarize-environments-list-of-ints", "sweep-dry-run-counts-a-journal",
               "sweep-layers-is-a-directory", "analyze-log-of-a-directory")  # fmt: skip
 ROW_NAMES = list(_rows(defaultdict(lambda: Path("/unused"))))
-
-
-def _run_in_process(row: Row) -> Row:
-    """:func:`_run` through ``algosel.cli.main`` (from the main thread: the command line sets signal handlers)."""
-    from algosel.cli import main
-
-    row.before = _hashes(*row.unchanged)
-    out, err = io.StringIO(), io.StringIO()
-    t0 = time.perf_counter()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(row.argv)
-    row.seconds = time.perf_counter() - t0
-    row.result = subprocess.CompletedProcess(row.argv, status, out.getvalue(), err.getvalue())
-    return row
 
 
 @pytest.fixture(scope="module")

@@ -377,27 +377,39 @@ def test_cli_layers_imports_a_module_from_the_working_directory(tmp_path: Path) 
         ("{file}:make_model", ["1,3,a,8"], "--input '1,3,a,8'"),
     ],
 )
-def test_cli_layers_errors_are_one_line_exit_2(tmp_path: Path, model_file: Path, model, inputs, expected) -> None:
+def test_cli_layers_errors_are_one_line_exit_2(
+    tmp_path: Path, model_file: Path, model, inputs, expected, monkeypatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through ``main`` in this process (a subprocess costs seconds of torch's import a row; the command's own
+    subprocess run is test_cli_layers_imports_a_module_from_the_working_directory's)."""
     spec = model.format(file=model_file, dir=tmp_path)
     argv = ["layers", "--model", spec, *[a for i in inputs for a in ("--input", i)], "--out", "x.csv"]
-    got = _algosel(*argv, cwd=tmp_path)
-    assert got.returncode == 2, got.stderr
-    lines = got.stderr.strip().splitlines()
+    monkeypatch.chdir(tmp_path)
+    try:
+        status = main(argv)
+    except SystemExit as exc:  # argparse's own errors (--input's type)
+        status = exc.code
+    got = capsys.readouterr()
+    assert status == 2, got.err
+    lines = got.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("algosel layers: error: ") and expected in lines[0]
     if "rejected" in expected:
         assert spec in lines[0]
     assert not (tmp_path / "x.csv").exists()
 
 
-def test_cli_sweep_layers_validates_before_any_gpu_work(tmp_path: Path) -> None:
+def test_cli_sweep_layers_validates_before_any_gpu_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = _layers_csv(tmp_path, [{}, {"w": "wide"}], "bad.csv")
     got = _algosel("sweep", "--layers", str(bad), "--out", "out", cwd=tmp_path)
     assert got.returncode == 2
     lines = got.stderr.strip().splitlines()
     assert lines == [f"algosel sweep: error: layers file {bad}, line 3, column 'w': 'wide' is not an integer"]
     assert not (tmp_path / "out").exists()
-    got = _algosel("sweep", "--layers", str(tmp_path / "absent.csv"), "--out", "out", cwd=tmp_path)
-    assert got.returncode == 2 and "absent.csv does not exist" in got.stderr and len(got.stderr.splitlines()) == 1
+    # the same check in this process (a second subprocess would cost seconds of imports)
+    assert main(["sweep", "--layers", str(tmp_path / "absent.csv"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "absent.csv does not exist" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
 
 
 def test_cli_sweep_dry_run_of_layers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

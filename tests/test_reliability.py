@@ -5,20 +5,19 @@ status, that no signal ended the process, that stderr holds no traceback (and, f
 naming the bad value), and that the files the command must not write are unchanged (hashed before and after).
 The command lines run concurrently (one fixture, a thread pool), so that this module stays fast.
 
-Also here: a real sweep process on CPU (``tests/cpu_sweep.py``) killed with SIGKILL at random moments, stopped with
-SIGINT and SIGTERM, and restarted over damaged bookkeeping, losing and duplicating nothing; and ``algosel train``
-on tiny records, repeatedly, while every core is busy (it hung so).
+Also here: ``algosel train`` on tiny records, repeatedly, while every core is busy (it hung so). A real sweep
+process killed, stopped and restarted: tests/test_reliability_sweep.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
-import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -41,11 +40,9 @@ from algosel.learn.time_model import TIME_MODEL_FILE
 from algosel.learn.train import SMALL_DATA_ROWS, training_threads
 from algosel.problem import ConvProblem
 from algosel.records import RecordsError, load_records, read_part, write_part
-from algosel.records.store import part_paths
 
 SHIPPED = REPO / "models" / "h200-cudnn91900"
 LOGS = Path(__file__).resolve().parent / "fixtures" / "cudnn_logs"
-CPU_SWEEP = Path(__file__).resolve().parent / "cpu_sweep.py"
 #: Problems the shipped model's records and the slice hold.
 RECORDED = "n32_c64_k64_h56_w56_r3_s3_p1x1_u1x1_d1x1_g1_float16_nchw_fwd"
 SLICE_KEY = "n1024_c64_k1024_h8_w8_r8_s8_p0x0_u1x1_d1x1_g1_float16_nchw_fwd"
@@ -95,6 +92,20 @@ def _run(row: Row) -> Row:
         check=False,
     )
     row.seconds = time.perf_counter() - t0
+    return row
+
+
+def _run_in_process(row: Row) -> Row:
+    """:func:`_run` through ``algosel.cli.main`` (from the main thread: the command line sets signal handlers)."""
+    from algosel.cli import main
+
+    row.before = _hashes(*row.unchanged)
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(row.argv)
+    row.seconds = time.perf_counter() - t0
+    row.result = subprocess.CompletedProcess(row.argv, status, out.getvalue(), err.getvalue())
     return row
 
 
@@ -215,11 +226,22 @@ def _rows(p: dict[str, Path]) -> dict[str, Row]:
     }  # fmt: skip
 
 
+#: Rows run through ``algosel.cli.main`` in this process instead of a subprocess (as tests/test_bad_inputs_cli.py
+#: does): their commands import torch, pandas and LightGBM (2-3 s of CPU a process), which this process has already
+#: imported; what is checked is the same. The others stay subprocesses: the truncated model's (a segmentation fault
+#: would end this process), those whose time test_errors_come_before_any_long_work compares, one or more a command.
+IN_PROCESS = ("train-0-row-part", "train-1-problem", "analyze-log-truncated-gz", "summarize-negative-times",
+              "evaluate-model-of-another-gpu", "sweep-bad-shard")  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def ran(inputs) -> dict[str, Row]:
+    """Every row: the subprocesses in a thread pool, the in-process ones meanwhile in this thread."""
     rows = _rows(inputs)
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        return dict(zip(rows, pool.map(_run, rows.values())))
+        futures = {name: pool.submit(_run, row) for name, row in rows.items() if name not in IN_PROCESS}
+        done = {name: _run_in_process(rows[name]) for name in IN_PROCESS}
+        return {name: done.get(name) or futures[name].result() for name in rows}
 
 
 ROW_NAMES = list(_rows({k: Path("/unused") for k in (
@@ -427,12 +449,13 @@ def test_one_extrapolation_warning_per_kind_and_process(monkeypatch) -> None:
 
     monkeypatch.setattr(selector_module, "_extrapolation_warned", frozenset())
     p = ConvProblem.from_key(RECORDED)
+    sel = load_default()  # the shipped model, without the answers an earlier test got (memoised, warned no more)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        assert algosel.predict(p, n=10**6, live=False)[0].extrapolated
-        assert algosel.predict(p, c=10**5, live=False)[0].extrapolated
-        assert algosel.predict(p, n=10**7, live=False)[0].extrapolated
-        near = algosel.predict(p, n=48, live=False)  # not recorded, but within the records' sizes
+        assert algosel.predict(p, n=10**6, live=False, model=sel)[0].extrapolated
+        assert algosel.predict(p, c=10**5, live=False, model=sel)[0].extrapolated
+        assert algosel.predict(p, n=10**7, live=False, model=sel)[0].extrapolated
+        near = algosel.predict(p, n=48, live=False, model=sel)  # not recorded, but within the records' sizes
     assert near[0].source.startswith("nearest:") and not near[0].extrapolated
     caught = [str(w.message) for w in seen if issubclass(w.category, ExtrapolationWarning)]
     assert len(caught) == 2, caught
@@ -478,161 +501,6 @@ def test_failed_rows_may_have_no_time(slice_records, tmp_path) -> None:
     rows = frame.head(5).copy()
     rows["status"], rows["time_ms_median"] = "build_failed", float("nan")
     assert len(read_part(write_part(tmp_path / "part-f.parquet", rows.to_dict("records"), envs.values()))[0]) == 5
-
-
-# -------------------------------------------------------------------------------------------------- sweep
-def _start_sweep(out: Path, *args: str, until: str = "sweeping") -> subprocess.Popen:
-    """A CPU sweep process, once it printed a line starting with ``until`` (``case``: a case has started)."""
-    proc = subprocess.Popen(
-        [sys.executable, str(CPU_SWEEP), str(out), *args],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    while not (line := proc.stdout.readline()).startswith(until):
-        assert line, proc.stderr.read()
-    return proc
-
-
-def _raw_rows(out: Path) -> list[tuple[str, str]]:
-    """(problem key, candidate id) of every row of every part, duplicates kept."""
-    rows = []
-    for path in part_paths(out):
-        frame, _ = read_part(path)
-        rows += list(zip(frame["problem_key"], frame["candidate_id"]))
-    return rows
-
-
-@pytest.fixture(scope="module")
-def reference_rows(tmp_path_factory) -> dict[int, set[tuple[str, str]]]:
-    """What an uninterrupted sweep of ``tests/cpu_sweep.py``'s cases records, by number of cases (in this process)."""
-    import cpu_sweep
-
-    out = {}
-    for count in (6, 64):
-        d = tmp_path_factory.mktemp(f"reference-{count}")
-        todo = cpu_sweep.cases(count)
-        from algosel.measure.sweep import run_sweep
-
-        assert run_sweep(todo, cpu_sweep.SleepingSweeper(0, 0, todo[0].key), d, progress=False).measured == count
-        rows = _raw_rows(d)
-        assert len(rows) == len(set(rows))
-        out[count] = set(rows)
-    return out
-
-
-def _sweep(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    res = subprocess.run([sys.executable, str(CPU_SWEEP), str(out), *args], cwd=REPO, capture_output=True, text=True,
-                         timeout=120, check=False)  # fmt: skip
-    assert "Traceback" not in res.stderr, res.stderr
-    return res, json.loads(res.stdout.strip().splitlines()[-1])
-
-
-def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path, reference_rows) -> None:
-    """SIGKILL a sweep process at random moments, four times, then resume. No process can tell a SIGKILL from
-    outside from a crash, so a case in flight at two kills is skipped as one that ended the process twice (and
-    named); resuming with --retry-crashed records it. Every row ends up recorded exactly once."""
-    out = tmp_path / "sweep"
-    inflight = out / "inflight-0of1.json"
-    rng = random.Random(12)  # the moments are random, and the same on every run of the test
-    in_case = 0
-    for _attempt in range(4):
-        before = json.loads(inflight.read_text()) if inflight.exists() else {}
-        # 64 cases of at least 10 ms: a whole run takes about a second, more than the kills leave it.
-        proc = _start_sweep(out, "--cases", "64", "--case-s", "0.01")
-        time.sleep(rng.uniform(0.02, 0.45))
-        proc.kill()
-        proc.wait(timeout=60)
-        assert proc.returncode == -signal.SIGKILL
-        after = json.loads(inflight.read_text()) if inflight.exists() else {}
-        in_case += any(n > before.get(key, 0) for key, n in after.items())
-    assert in_case >= 2, "most kills landed while a case was in flight"
-    counts = json.loads(inflight.read_text()) if inflight.exists() else {}
-    res, report = _sweep(out, "--cases", "64")
-    rows = _raw_rows(out)
-    assert res.returncode == 0, res.stderr
-    assert len(rows) == len(set(rows)), "a row was recorded twice"
-    recorded = {ConvProblem.from_key(key).case_key for key, _ in rows}
-    twice = {key for key, n in counts.items() if n >= 2 and key not in recorded}
-    assert report["skipped_crashed"] == len(twice), (report, counts)
-    skipped = {r for r in reference_rows[64] if ConvProblem.from_key(r[0]).case_key in twice}
-    assert set(rows) == reference_rows[64] - skipped, "a row was lost"
-    if twice:  # resume once more, retrying them
-        res, report = _sweep(out, "--cases", "64", "--retry-crashed")
-        assert res.returncode == 0 and report["measured"] == len(twice)
-        rows = _raw_rows(out)
-    assert len(rows) == len(set(rows)) and set(rows) == reference_rows[64]
-    assert not list(out.glob("journal-*")) and not inflight.exists()
-
-
-def test_damaged_inflight_file_is_a_warning_and_rebuilt(tmp_path, reference_rows) -> None:
-    """Empty (killed while an older algosel rewrote it in place) and half-written: both sweeps run at once."""
-    procs = {}
-    for name, bookkeeping in (("empty", ""), ("half", '{"n1_c3_k4_h3_w3_r3_s3_p0x0_u1x1_d1x1_g1_float32_nch')):
-        out = tmp_path / name
-        out.mkdir()
-        (out / "inflight-0of1.json").write_text(bookkeeping)
-        procs[out] = subprocess.Popen([sys.executable, str(CPU_SWEEP), str(out), "--cases", "6"], cwd=REPO,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    for out, proc in procs.items():
-        _, stderr = proc.communicate(timeout=120)
-        inflight = out / "inflight-0of1.json"
-        assert proc.returncode == 0 and "Traceback" not in stderr, stderr
-        assert f"{inflight}: unreadable in-flight counts" in stderr
-        assert set(_raw_rows(out)) == reference_rows[6]
-        assert not inflight.exists(), "rebuilt, and removed once no case is in flight"
-
-
-def test_sigint_and_sigterm_stop_a_sweep_cleanly_and_do_not_count_as_crashes(tmp_path, reference_rows) -> None:
-    """A long case interrupted twice was skipped for good: here it is interrupted by Ctrl-C, then by a scheduler's
-    SIGTERM, and the third run measures it."""
-    out = tmp_path / "sweep"
-    for sig, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
-        proc = _start_sweep(out, "--cases", "6", "--slow-first", "30", until="case")
-        time.sleep(0.2)  # inside the first case, which takes 30 s
-        proc.send_signal(sig)
-        stdout, stderr = proc.communicate(timeout=60)
-        assert proc.returncode == status, stderr
-        assert "Traceback" not in stderr, stderr
-        report = json.loads(stdout.strip().splitlines()[-1])
-        assert report["interrupted"] == sig and report["measured"] == 0
-        assert not list(out.glob("journal-*")), "the journal is compacted"
-        inflight = out / "inflight-0of1.json"
-        assert not inflight.exists() or json.loads(inflight.read_text()) == {}, "the stop is not counted as a crash"
-    res, report = _sweep(out, "--cases", "6", "--slow-first", "0.5")
-    assert res.returncode == 0, res.stderr
-    assert (report["measured"], report["skipped_crashed"]) == (6, 0)
-    rows = _raw_rows(out)
-    assert len(rows) == len(set(rows)) and set(rows) == reference_rows[6]
-
-
-def test_a_stop_is_not_swallowed_by_a_space_that_catches_every_exception(tmp_path) -> None:
-    """SIGTERM arrives while a candidate space is at work inside ``except Exception``: the stop still stops the
-    sweep (it is no candidate's failure), and nothing of the case is recorded."""
-    from algosel.measure.sweep import Sweeper, run_sweep
-    from algosel.measure.timing import FakeTimer
-    from algosel.spaces.base import CandidateSpace
-    from algosel.spaces.pytorch import PyTorchDefaultSpace
-
-    class Swallowing(CandidateSpace):
-        name = "swallowing"
-
-        def enumerate(self, problem):
-            try:
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(5)
-            except Exception:  # noqa: BLE001 - what the test is about
-                pass
-            return []
-
-        def prepare(self, problem, candidate):
-            raise AssertionError("never prepared")
-
-    import cpu_sweep
-
-    sweeper = Sweeper([PyTorchDefaultSpace(), Swallowing()], FakeTimer(lambda label: 1.0), cpu_sweep.ENV, device="cpu")
-    report = run_sweep(cpu_sweep.cases(2), sweeper, tmp_path, progress=False)
-    assert (report.interrupted, report.measured, report.part, report.left_for_later) == (signal.SIGTERM, 0, None, 2)
-    assert list(tmp_path.iterdir()) == []
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "the handler is restored"
 
 
 # ------------------------------------------------------------------------------------------------- README

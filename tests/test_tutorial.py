@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, SLICE
+from conftest import REPO, slice_third
 
 TUTORIAL = REPO / "docs" / "tutorial.md"
 CPU, AFTER_SWEEP, GPU, SETUP = "# cpu", "# cpu: needs the sweep's records", "# gpu", "# setup"
@@ -62,17 +62,6 @@ def test_gpu_blocks_are_the_ones_that_need_a_gpu() -> None:
         assert runs_on_gpu == (marker == GPU), commands
 
 
-def _stand_in_h200(directory: Path) -> None:
-    """A third of the committed slice of the H200 records (so that training takes seconds), in its environment."""
-    from algosel.records import load_records, write_part
-
-    frame, envs = load_records(SLICE)
-    keys = sorted(frame["case_key"].unique())[::3]
-    write_part(
-        directory / "part-stand-in.parquet", frame[frame["case_key"].isin(keys)].to_dict("records"), envs.values()
-    )
-
-
 def _mynet_sweep(workdir: Path) -> None:
     """The records of MyNet's layers where the tutorial's sweep writes them: the shard that sweep wrote on the H200
     (data/sweeps/h200-mynet, the tutorial's own commands), checked to be the cases of the layers file made here."""
@@ -92,7 +81,7 @@ def _mynet_sweep(workdir: Path) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the quoted outputs are those of a machine without a GPU")
 def test_the_tutorials_cpu_commands_run_as_written(tmp_path: Path) -> None:
-    _stand_in_h200(tmp_path / "data" / "sweeps" / "h200")
+    slice_third(tmp_path / "data" / "sweeps" / "h200")  # so that training takes seconds
     for name in ("examples", "models"):
         (tmp_path / name).symlink_to(REPO / name)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
