@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the output directory}"
 mkdir -p "$OUT"
 py=${PYTHON:-python3}
-if [ -d .whl ]; then
+if [ -d .whl ] && [ "${DRY_RUN:-0}" != 1 ]; then  # a dry run lists cases: no GPU, no wheels
     "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/algosel-site \
         .whl/*.whl || exit 1
     export PYTHONPATH="/tmp/algosel-site${PYTHONPATH:+:$PYTHONPATH}"

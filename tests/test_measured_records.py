@@ -33,7 +33,8 @@ def shipped():
 
 
 def test_what_verify_mode_measures_becomes_a_dataset(shipped, tmp_path):
-    measurer = Sweeper([], FakeTimer(lambda label: 0.5), {"env_id": "runtime"}, device="cpu", operand_sets=1,
+    # 0.1 ms: a short call (under SwitchPolicy.verify_whole_list_ms), so only the shortlist and the default are timed
+    measurer = Sweeper([], FakeTimer(lambda label: 0.1), {"env_id": "runtime"}, device="cpu", operand_sets=1,
                        reference="first", math="caller")  # fmt: skip
     records = MeasuredRecords(tmp_path / "measured", environment=lambda: ENV)
     ex = Executor(selector=Preferring(shipped, "gemm", recorded=False), verify=1, measurer=measurer, cache=False,

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, slice_third
+from conftest import REPO, SLICE, slice_third
 
 #: The archived studies the tests at the end still run (frozen scripts: see benchmarks/archive/README.md).
 
