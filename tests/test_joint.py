@@ -237,3 +237,15 @@ def test_a_joint_model_looks_up_the_records_of_the_gpu_it_ranks_for(joint, two_g
     mine = h200[(h200["problem_key"] == row["problem_key"]) & (h200["candidate_id"] == row["candidate_id"])]
     times = {r["candidate_id"]: r["time_ms_median"] for r in Selector.load(out).catalogue.rows(row["problem_key"])}
     assert times[row["candidate_id"]] == pytest.approx(mine["time_ms_median"].iloc[0])
+
+
+def test_algosel_evaluate_scores_a_joint_model_on_records_of_its_second_gpu_without_force(joint, two_gpus, tmp_path,
+                                                                                           capsys):  # fmt: skip
+    from algosel.cli import main
+
+    out, _ = joint
+    argv = ["evaluate", "--model", str(out), "--data", str(two_gpus / "h100"), "--no-lono", "--out",
+            str(tmp_path / "ev"), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    assert "NVIDIA H100" not in capsys.readouterr().err  # no refusal, no --force warning
+    assert (tmp_path / "ev" / "report.json").is_file()

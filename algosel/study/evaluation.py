@@ -43,7 +43,7 @@ from algosel.learn.selector import Selector
 from algosel.learn.time_model import calibration, format_calibration
 from algosel.measure.steps import no_input_grad_shapes, runs_in_training
 from algosel.measure.suites import load_suites
-from algosel.records.environment import mismatches
+from algosel.learn.models import check_records_environment
 from algosel.records.store import load_records, main_environment
 from algosel.study.evaluation_out import (  # noqa: F401 - the file names, public here as before
     CELLS_CSV,
@@ -161,12 +161,8 @@ def _evaluation(model_dir: str, data: list[str], lono: bool, progress: bool, for
     sel = Selector.load(model_dir, force=True)
     frame, envs = load_records(*data)
     frame, records_env = main_environment(frame, envs)
-    other = mismatches(sel.environment, records_env)
-    if other and not force:
-        raise SelectorError(
-            f"{model_dir} was trained for {sel.environment.get('gpu_name')} (cuDNN {sel.environment.get('cudnn')}) "
-            f"but the records are of {', '.join(other)}; pass --force to score it on them anyway"
-        )
+    # Refused unless force; records of any GPU a joint model was trained on are its own.
+    other = check_records_environment(sel, model_dir, records_env, force=force)
     lines = [
         f"model {model_dir}: {sel.manifest['params']['objective']}, trained on "
         f"{sel.manifest.get('train_problems')} problems of {sel.environment.get('gpu_name')} "
