@@ -436,14 +436,16 @@ def _train_joint(args, base) -> int:
 
     if not args.params_from:
         raise CliError("--joint does not tune (a cross-validation would mix GPUs): give --params-from MODEL")
+    command = "algosel " + shlex.join(args.argv)
     out, summary = train_joint(
-        args.data, base, models_root=args.models, name=args.name, force=args.force, command="algosel " + shlex.join(args.argv)
+        args.data, base, models_root=args.models, name=args.name, force=args.force, command=command
     )
     print(f"wrote {out} (joint model of {', '.join(summary['records_per_gpu'])}; {summary['total_seconds']} s)")
     for slug, scores in summary["test_scores_per_gpu"].items():
         for sel, s in scores.items():
             if s["geomean"] is not None:
-                print(f"  {slug} held-out {sel:16s} geomean {s['geomean']:.3f}  within 5% {100 * s['within_5pct']:.1f}%")
+                within = 100 * s["within_5pct"]
+                print(f"  {slug} held-out {sel:16s} geomean {s['geomean']:.3f}  within 5% {within:.1f}%")
     return 0
 
 

@@ -163,8 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--smoke", action="store_true", help="the committed slice as two GPUs (a check of the script)")
     ap.add_argument("--curve-only", action="store_true", help="leave out the full joint model and the known GPU's rows")
-    ap.add_argument("--known-only", action="store_true", help="only the known GPU: its model, refits and joint models "
-                    "per seed (what adding the new GPU costs there)")
+    ap.add_argument(
+        "--known-only",
+        action="store_true",
+        help="only the known GPU: its model, refits and joint models per seed (what adding the new GPU costs there)",
+    )
     args = ap.parse_args(argv)
     try:
         fractions = [float(f) for f in args.fractions.split(",") if f]
@@ -180,8 +183,16 @@ def main(argv: list[str] | None = None) -> int:
         args.known, args.new, args.model = smoke_data(tmp)
     elif not args.known or not args.new:
         ap.error("give --known and --new records (or --smoke)")
-    rows = run(args.known, args.new, args.model, fractions, seeds, args.threads, curve_only=args.curve_only,
-               known_only=args.known_only)
+    rows = run(
+        args.known,
+        args.new,
+        args.model,
+        fractions,
+        seeds,
+        args.threads,
+        curve_only=args.curve_only,
+        known_only=args.known_only,
+    )
     text = table(rows)
     print(text)
     if args.out:

@@ -56,7 +56,10 @@ def two_gpus(tmp_path_factory) -> Path:
     # A factor per engine in [0.7, 1.4): some picks change, as between two real GPUs.
     factor = frame["candidate_id"].map(lambda c: 0.7 + 0.7 * (zlib.crc32(c.encode()) % 100) / 100)
     h100 = frame.assign(env_id=env["env_id"], time_ms_median=frame["time_ms_median"] * factor)
-    rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()} for r in h100.to_dict("records")]
+    rows = [
+        {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
+        for r in h100.to_dict("records")
+    ]
     write_part(root / "h100" / "part-h100.parquet", rows, [env])
     return root
 
@@ -136,7 +139,9 @@ def test_a_joint_model_loads_on_its_gpus_and_warns_once_on_a_gpu_of_their_family
         sel = Selector.load(out)  # trained on this GPU: no warning, its own hardware
     assert sel.target["memory_bandwidth_gbps"] == H100["memory_bandwidth_gbps"]
     _fake_gpu(monkeypatch, "NVIDIA H800", (9, 0), {"memory_bandwidth_gbps": 3350.0, "sm_count": 132})
-    with pytest.warns(JointModelWarning, match=r"H800 has no model of its own; .*joint model of .*algosel sweep --quick"):
+    with pytest.warns(
+        JointModelWarning, match=r"H800 has no model of its own; .*joint model of .*algosel sweep --quick"
+    ):
         sel = Selector.load(out)
     assert sel.target["gpu_name"] == "NVIDIA H800" and sel.target["memory_bandwidth_gbps"] == 3350.0
     with warnings.catch_warnings():

@@ -102,9 +102,9 @@ def visible_gpu() -> dict[str, Any] | None:
         return None
     try:
         major, minor = torch.cuda.get_device_capability()
-        here["compute_capability"] = float(f"{major}.{minor}")
     except Exception:  # noqa: BLE001 - a device that cannot say: no family to match a joint model by
-        pass
+        return here
+    here["compute_capability"] = float(f"{major}.{minor}")
     return here
 
 

@@ -159,8 +159,8 @@ def _default_model(space: str, roots: Sequence[Path]) -> dict[str, Any]:
                     continue
                 if coverage(model_environments(manifest), here)[0] == "exact":
                     matching.append(str(d))
-    coverage_kind = coverage(model_environments(read_manifest(directory)), here)[0] if here is not None else None
-    return {"space": space, "model": str(directory), "error": None, "local_matches": matching, "coverage": coverage_kind}
+    kind = coverage(model_environments(read_manifest(directory)), here)[0] if here is not None else None
+    return {"space": space, "model": str(directory), "error": None, "local_matches": matching, "coverage": kind}
 
 
 def hook_verdict(facts: dict[str, Any]) -> list[str]:

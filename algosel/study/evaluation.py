@@ -21,7 +21,6 @@ from typing import Any
 
 import pandas as pd
 
-from algosel.learn.artifact import SelectorError
 from algosel.learn.evaluate import (
     SELECTORS,
     Prepared,
@@ -38,12 +37,12 @@ from algosel.learn.evaluate import (
     top_k_curve,
     with_pytorch_fallback,
 )
+from algosel.learn.models import check_records_environment
 from algosel.learn.ranker import RankerParams, fingerprint
 from algosel.learn.selector import Selector
 from algosel.learn.time_model import calibration, format_calibration
 from algosel.measure.steps import no_input_grad_shapes, runs_in_training
 from algosel.measure.suites import load_suites
-from algosel.learn.models import check_records_environment
 from algosel.records.store import load_records, main_environment
 from algosel.study.evaluation_out import (  # noqa: F401 - the file names, public here as before
     CELLS_CSV,
