@@ -561,6 +561,18 @@ def _cpu_set(text: str) -> set[int]:
     return cpus
 
 
+def _model_name() -> str | None:
+    """The name of the model the hook loads in this process (``--model``, else the shipped one for this GPU)."""
+    if MODEL:
+        return Path(MODEL).name
+    try:
+        from algosel.learn.models import default_model_dir
+
+        return default_model_dir().name
+    except Exception:  # noqa: BLE001 - a row without the name rather than no row
+        return None
+
+
 def _child(args) -> int:
     if args.cpus:
         os.sched_setaffinity(0, _cpu_set(args.cpus))  # before torch starts its threads: they inherit it
@@ -571,6 +583,8 @@ def _child(args) -> int:
             result["process"] = PROCESS
             if FORCE:
                 result["forced_model"] = True
+            if model_name := _model_name():
+                result["model_name"] = model_name  # the model the hook ranked with (H100: the joint model)
             if device_name := _device_name(args.device):
                 result["gpu"] = device_name  # timings of different cards are never compared
             if MIN_GAIN_US is not None or VERIFY_K != 3 or PROBE_CALLS is not None:

@@ -196,7 +196,7 @@ def run_lines(rows: list[dict]) -> list[str]:
             x_default = f"{r['run_s'] / base:.3f}" if base else ""
             x_bench = f"{r['run_s'] / bench:.3f}" if bench else ""
             steady = "" if r.get("steady_pass_s") is None else f"{r['steady_pass_s']:.3f}"
-            card = r.get("gpu", "") + (" (H200 model forced)" if r.get("forced_model") else "")
+            card = card_of(r)
             timed = r.get("measured_problems", "")
             lines.append(f"| {net} | {dtype} | {arm} | {r['run_s']:.2f} | {x_default} | {x_bench} | "
                          f"{r['first_pass_s']:.2f} | {steady} | {timed} | {card} |")  # fmt: skip
@@ -204,6 +204,14 @@ def run_lines(rows: list[dict]) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------------- table
+def card_of(row: dict) -> str:
+    """The card a row ran on and, where it is not the card's own model, the model the hook ranked with."""
+    if row.get("forced_model"):
+        return row.get("gpu", "") + " (H200 model forced)"
+    name = row.get("model_name") or ""
+    return row.get("gpu", "") + (f" ({name})" if name.startswith("joint") else "")
+
+
 def busy_lines(rows: list[dict]) -> list[str]:
     """Markdown: per paired row, the GPU-bound view: step ms of the default, its busy fraction, the hook's modes and
     benchmark mode paired (x default, 95% interval over slots), verify mode against benchmark mode (paired) and the
@@ -230,7 +238,7 @@ def busy_lines(rows: list[dict]) -> list[str]:
         if got[zoo.TUNED] is not None and got["verify"] is not None and got[zoo.TUNED][0] <= 0.97:
             captured = f"{(1 - got['verify'][0]) / (1 - got[zoo.TUNED][0]):.2f}"
         busy, cold, tuning = r.get("default_busy_fraction"), r["verify_cold_first_pass_s"], r.get("tuned_first_pass_s")
-        card = r.get("gpu", "") + (" (H200 model forced)" if r.get("forced_model") else "")
+        card = card_of(r)
         lines.append(
             f"| {r['net']} | {r['dtype']} | {r['batch']} | {r['default_step_ms']:.2f} | "
             f"{'' if busy is None else f'{busy:.2f}'} | {cell('predict')} | {cell('verify')} | {cell(zoo.TUNED)} | "

@@ -3,7 +3,7 @@
 #   OUT=/some/dir bash benchmarks/zoo_gpu.sh [benchmarks/zoo_gpu.py arguments...]
 # Installs wheels from .whl/ where that folder exists (lightgbm, nvidia-cudnn-frontend; as .ci/gpu), builds the
 # compiled path unless it is built in $ALGOSEL_CACHE_DIR (default /tmp/algosel-zoo-cache, kept while the machine
-# stays warm), loads the H200's model with --force on any other GPU, starts from $RESULTS (default
+# stays warm), loads the model that covers this GPU (else the H200's, with --force), starts from $RESULTS (default
 # benchmarks/results/zoo_gpu.jsonl: copy the file a call returns there before the next call) and runs
 # benchmarks/zoo_gpu.py with --resume and --budget-s $BUDGET_S (default 480) into $OUT/zoo_gpu.jsonl.
 # Outputs: $OUT/zoo_gpu.jsonl (every row so far), $OUT/zoo_gpu.log, $OUT/zoo_gpu_table.md, $OUT/build.log.
@@ -28,7 +28,11 @@ case "$built" in
 esac
 gpu=$("$py" -c 'import torch; print(torch.cuda.get_device_name())' 2>/dev/null)
 force=()
-case "$gpu" in *H200*) ;; *) force=(--force); echo "GPU: $gpu: the H200's model is loaded with --force";; esac
+# A GPU a shipped model covers (the H200; the H100 by the joint model) loads it as a user's would; another loads the
+# H200's with --force, and every row says so
+if ! "$py" -c 'from algosel.learn.models import load_default; load_default()' > /dev/null 2>&1; then
+    force=(--force); echo "GPU: $gpu: no shipped model covers it; the H200's model is loaded with --force"
+fi
 results=${RESULTS:-benchmarks/results/zoo_gpu.jsonl}
 if [ -f "$results" ] && [ ! -f "$OUT/zoo_gpu.jsonl" ]; then cp "$results" "$OUT/zoo_gpu.jsonl"; fi
 "$py" benchmarks/zoo_gpu.py "${force[@]}" --out "$OUT/zoo_gpu.jsonl" --resume --budget-s "${BUDGET_S:-480}" "$@" \

@@ -207,7 +207,7 @@ def test_f_conv2d_is_the_compiled_dispatch_while_the_hook_is_on_in_this_thread_o
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_the_dispatch_table_runs_gemm_routes_as_gemm_conv_does(shipped, ext, tmp_path, layout):
     from algosel.runtime import hook
-    from algosel.runtime.executor import call_problem
+    from algosel.runtime.call import call_problem
     from algosel.spaces.gemm import gemm_conv
 
     torch.manual_seed(0)

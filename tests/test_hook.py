@@ -198,7 +198,7 @@ def test_prediction_mode_queries_cudnns_live_list_only_where_a_gain_is_predicted
     ex = hook.Executor(selector=selector, candidates=source, cache=False)
     decision = ex.decide(problem, torch.device("cuda"))  # a device object: nothing here runs on a GPU
     top_k = DEFAULT_POLICY.predict_top_k
-    assert source.asked == ([(problem, top_k, None)] if queried else [])
+    assert source.asked == ([(problem, top_k, DEFAULT_POLICY.predict_live_modes)] if queried else [])
     assert decision.source == "predicted"
     assert decision.passes_through != switched
     if switched:  # the live list's first (every candidate but the default is predicted to take the same)

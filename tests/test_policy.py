@@ -35,6 +35,7 @@ def shipped():
     ("min_busy_fraction", 1.5, "SwitchPolicy.min_busy_fraction is a share of looks in [0, 1], got 1.5"),
     ("trial_min_wins", 9, "SwitchPolicy.trial_min_wins (9) exceeds trial_pairs (8)"),
     ("verify_skip_factor", float("nan"), "SwitchPolicy.verify_skip_factor must be a number >= 0, got nan"),
+    ("live_list_scope", "net", "SwitchPolicy.live_list_scope must be 'problem' or 'layer', got 'net'"),
 ])  # fmt: skip
 def test_a_bad_rule_is_one_line_naming_the_field_and_value(field, value, message):
     with pytest.raises(ValueError) as got:
@@ -87,3 +88,49 @@ def test_each_executor_counts_its_own_calls_and_stats_sums_them(shipped):
     assert hook.stats() == {"gemm": 2, "pytorch:gain below the threshold": 1}
     hook.reset_stats()
     assert gemm.stats() == aside.stats() == hook.stats() == {}
+
+
+@pytest.mark.parametrize("scope", ["layer", "problem"])
+def test_a_layers_live_list_serves_its_other_input_sizes(shipped, scope):
+    """Multi-scale training meets every layer at many input sizes: with ``live_list_scope="layer"`` cuDNN's list is
+    queried once per layer (and heuristic modes), and each size ranks that list for itself; "problem" queries each."""
+    from algosel.problem import ConvProblem
+    from algosel.runtime.candidates import ModelCandidates
+    from algosel.spaces.base import Candidate
+
+    asked = []
+
+    def lister(problem, modes):  # a list of its own per problem: the records' engine configs of the nearest problem
+        asked.append((problem, modes))
+        chosen = [c for c in shipped.choose(problem, top_k=40) if c.space == "cudnn"]
+        return [Candidate("cudnn", c.candidate_id.split(":", 1)[1], c.engine_id, c.knobs, rank_a=i)
+                for i, c in enumerate(chosen[: 4 + problem.h % 7])]  # fmt: skip
+
+    source = ModelCandidates(shipped, live=True, scope=scope, lister=lister)
+    layer = dict(c=64, k=64, r=3, s=3, pad_h=1, pad_w=1, dtype="float16", layout="nhwc")
+    problems = [ConvProblem(n=n, h=h, w=w, **layer) for n, h, w in [(8, 64, 96), (8, 72, 104), (4, 80, 112)]]
+    other = ConvProblem(n=8, h=64, w=96, **{**layer, "k": 128})  # another layer
+    got = [source.ranked(p, True, 3, ("a", "fallback")) for p in [*problems, other]]
+    assert all(modes == ("a", "fallback") for _, modes in asked)
+
+    def live_ids(ranked):
+        return [r["candidate_id"] for r in ranked.rows if r["candidate_id"].startswith("cudnn:")]
+
+    if scope == "layer":
+        assert [p for p, _ in asked] == [problems[0], other] and (source.live_queries, source.live_reused) == (2, 2)
+        assert live_ids(got[1]) == live_ids(got[2]) == live_ids(got[0])
+    else:
+        assert [p for p, _ in asked] == [*problems, other] and (source.live_queries, source.live_reused) == (4, 0)
+        assert len(live_ids(got[0])) != len(live_ids(got[1]))  # each size's own list
+    for p, ranked in zip([*problems, other], got):  # the model ranks each size's list for that size
+        ids = [c.candidate_id for c in ranked.choices]
+        assert len(ids) == 3 and set(ids) <= set(live_ids(ranked)) | {r["candidate_id"] for r in ranked.rows}
+        assert ranked.choices == shipped.rank_rows(p, ranked.rows)[:3]
+    assert source.ranked(problems[0], True, 3, ("a",)) and len(asked) == (3 if scope == "layer" else 5)  # modes apart
+
+
+def test_a_bad_list_scope_is_one_line():
+    from algosel.runtime.candidates import ModelCandidates
+
+    with pytest.raises(ValueError, match="ModelCandidates scope must be one of .*'net'"):
+        ModelCandidates(None, scope="net")

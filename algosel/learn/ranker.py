@@ -124,12 +124,15 @@ class Ranker:
             raise ValueError("no problem with a correct, timed candidate to learn from")
         return self.fit_prepared(data, frame_features(data, envs))
 
-    def fit_prepared(self, data: pd.DataFrame, X: np.ndarray, shortlist_rank: int | None = SHORTLIST_RANK) -> Ranker:
+    def fit_prepared(self, data: pd.DataFrame, X: np.ndarray, shortlist_rank: int | None = SHORTLIST_RANK,
+                     weight: np.ndarray | None = None) -> Ranker:  # fmt: skip
         """Fit on the output of :func:`with_ratios` and its feature rows (lets cross-validation reuse ``X``); only
-        the rows on the shortlist of ``shortlist_rank`` are learnt from (``None``: all)."""
+        the rows on the shortlist of ``shortlist_rank`` are learnt from (``None``: all). ``weight``: one per row of
+        ``data`` (a joint model's weight of each GPU's records; LambdaRank scales each row's gradients by it)."""
         keep = shortlist_mask(data, shortlist_rank)
         if not keep.all():
             data, X = data[keep], X[keep]
+            weight = None if weight is None else np.asarray(weight)[keep]
         ratio = data["ratio"].to_numpy()
         if self.params.objective == "lambdarank":
             label = relevance(ratio)
@@ -139,6 +142,7 @@ class Ranker:
                 X,
                 label,
                 group=group,
+                weight=weight,
                 feature_name=list(FEATURE_NAMES),
                 categorical_feature=list(CATEGORICAL_FEATURES),
                 free_raw_data=True,
@@ -148,6 +152,7 @@ class Ranker:
             dataset = lgb.Dataset(
                 X,
                 label,
+                weight=weight,
                 feature_name=list(FEATURE_NAMES),
                 categorical_feature=list(CATEGORICAL_FEATURES),
                 free_raw_data=True,

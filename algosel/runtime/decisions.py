@@ -135,12 +135,13 @@ class Decider:
         # The model's shortlist of the nearest recorded problem's list, judged by its predicted times. Only where
         # these predict a gain worth a closer look is cuDNN's live list of the problem ranked instead: the query
         # costs ~50 ms a problem (6.8 s of EfficientNet-B0 autocast's 7.3 s first pass on the H200), and it is paid
-        # again at every new input size of a network whose input varies.
+        # again at every new input size of a network whose input varies (``live_list_scope`` "layer": once a layer).
         k = self.policy.predict_top_k
         decision = self._predicted(problem, self.candidates.ranked(problem, False, k))
         live = device.type == "cuda" and self.candidates.live_available()
         if live and decision.times_ms and worth_a_closer_look(self.policy, decision.times_ms):
-            decision = self._predicted(problem, self.candidates.ranked(problem, True, k))
+            modes = self.policy.predict_live_modes
+            decision = self._predicted(problem, self.candidates.ranked(problem, True, k, modes))
         return decision
 
     def _recorded(self, problem: ConvProblem) -> Decision:

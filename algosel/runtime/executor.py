@@ -132,7 +132,7 @@ class Executor:
 
         self.recorder = recorder_for(record) if record else recorder_from_env()
         self.call_stats = CallStats()
-        self.candidates = candidates or ModelCandidates(selector, max_workspace_bytes, live)
+        self.candidates = candidates or ModelCandidates(selector, max_workspace_bytes, live, policy.live_list_scope)
         self.verifier = Verifier(policy, selector, self.candidates, verify, measurer, clock)
         if record_measured is not None:
             from algosel.runtime.measured import MeasuredRecords  # noqa: PLC0415

@@ -57,6 +57,16 @@ class SwitchPolicy:
     python_path_overhead_us: float = 60.0
     #: Candidates of the model's shortlist whose predicted times prediction mode compares.
     predict_top_k: int = 3
+    #: cuDNN heuristic modes whose lists prediction mode ranks where it queries a problem's live list (as verify
+    #: mode's ``verify_live_modes``: mode B's query costs several times A's and FALLBACK's together; the
+    #: multi-scale detection head's first pass took 19.7 s in prediction mode with all three against the
+    #: default's 2.4 s, H100, benchmarks/zoo_gpu.py --jobs runs).
+    predict_live_modes: tuple[str, ...] = ("a", "fallback")
+    #: "layer": cuDNN's live list queried for one batch and input size of a layer serves the layer's other sizes
+    #: (ranked by the model for each; a config that does not build falls back to PyTorch's path); "problem": queried
+    #: for every size. A network whose input size keeps changing (multi-scale training) otherwise pays the query
+    #: (a few to ~50 ms) at every new size of every layer.
+    live_list_scope: str = "layer"
 
     # -- what verify mode times --------------------------------------------------------------------------------
     #: No timing where the default is predicted under ``min_gain_us / verify_skip_factor`` (it cannot save the
@@ -154,6 +164,8 @@ class SwitchPolicy:
         ):
             if getattr(self, name) > 1:
                 raise ValueError(f"SwitchPolicy.{name} is a share of looks in [0, 1], got {getattr(self, name)!r}")
+        if self.live_list_scope not in ("problem", "layer"):
+            raise ValueError(f"SwitchPolicy.live_list_scope must be 'problem' or 'layer', got {self.live_list_scope!r}")
         if self.trial_min_wins > self.trial_pairs:
             raise ValueError(f"SwitchPolicy.trial_min_wins ({self.trial_min_wins}) exceeds trial_pairs "
                              f"({self.trial_pairs})")  # fmt: skip
