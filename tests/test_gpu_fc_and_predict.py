@@ -58,7 +58,8 @@ def test_a_fully_connected_mode_convolution_trains_within_1_2x_of_nn_linear(tmp_
 
     torch.manual_seed(0)
     x = torch.randn(1600, 256, 6, 6, device="cuda", dtype=dtype, requires_grad=True)
-    w = torch.randn(4096, 256, 6, 6, device="cuda", dtype=dtype, requires_grad=True) / 40
+    # a leaf (``randn(...) / 40`` with requires_grad is not): each step's backward has a graph of its own
+    w = (torch.randn(4096, 256, 6, 6, device="cuda", dtype=dtype) / 40).requires_grad_()
     g = torch.randn(1600, 4096, 1, 1, device="cuda", dtype=dtype)
     ex = hook.Executor(verify=verify, cache=tmp_path)
 
