@@ -1088,6 +1088,33 @@ def test_looking_first_skips_the_looks_where_the_predicted_gain_is_exempt_from_p
     assert len(timer.timed) == 1
 
 
+class _CountingChoices(UnrecordedPredicting):
+    """... counting the shortlists ranked (``choose``)."""
+
+    def __init__(self, sel: Selector, default_ms: float):
+        super().__init__(sel, default_ms=default_ms)
+        self.ranked = 0
+
+    def choose(self, *args, **kwargs):
+        self.ranked += 1
+        return super().choose(*args, **kwargs)
+
+
+@pytest.mark.parametrize(("default_ms", "ranked_before_looks"), [(0.5, False), (2.0, True)])
+def test_looking_first_ranks_no_shortlist_where_no_gain_could_skip_the_looks(shipped, default_ms, ranked_before_looks):
+    """A new signature whose default is predicted shorter than the gain that exempts from probation (1 ms) looks at
+    the device without ranking its shortlist (a multi-scale network meets every layer anew at each input size and
+    most never finish looking); a longer one ranks it, as its gain may be exempt (then timed at once)."""
+    selector = _CountingChoices(shipped, default_ms)
+    ex, timer = _looking_executor(shipped, selector=selector, look_first=True)
+    x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
+    with hook.enabled(ex):
+        F.conv2d(x, w)
+    assert (selector.ranked > 0) == ranked_before_looks
+    assert (ex.route_reasons() == {"pytorch:looking before timing": 1}) != ranked_before_looks
+    assert len(timer.timed) == int(ranked_before_looks)
+
+
 class _ByDirection(UnrecordedPredicting):
     """PyTorch's default predicted at 2 ms in the forward (GEMM at 0.4: a gain probation exempts) and 1 ms in the
     gradients (GEMM at 0.2: a gain it judges)."""

@@ -250,7 +250,19 @@ class Decider:
             return EXEMPT if known.gain_us() >= exempt_us else ""
         # the nearest recorded list: a query of cuDNN's live list is not paid by a signature whose looks find the
         # device idle
-        ids = self.verifier.shortlist_to_time(problem, live=False)[0]
+        verifier = self.verifier
+        if verifier.too_short_to_pay(problem):
+            return ""
+        if verifier.has_times():
+            default_ms = verifier.predicted(problem, ["pytorch:default"]).get("pytorch:default", math.nan)
+            if 1e3 * default_ms < exempt_us:
+                # no candidate can save the exempting gain off a default predicted shorter than it: look without
+                # ranking the shortlist (about 0.6 ms of host time a direction, paid at every new input size of a
+                # layer: verify mode's first pass of the multi-scale detection head ran 1.4 s over the default's,
+                # docs/results/2026-12-06-gpu-bound-zoo-h100.md); a signature whose looks find the device busy ranks
+                # it when it is timed
+                return LOOK
+        ids = verifier.shortlist_to_time(problem, live=False)[0]
         if ids and self.verifier.has_times():
             times = self.verifier.predicted(problem, [*ids, "pytorch:default"])
             default_ms = times.get("pytorch:default", math.nan)
