@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -403,6 +404,9 @@ def cmd_train(args) -> int:
 
         base = tuned_params(args.params_from, base)
         grid = {"objective": [base.objective]}
+    if args.num_leaves is not None:  # a setting of its own (a joint model holds several GPUs' rankings)
+        base = dataclasses.replace(base, num_leaves=args.num_leaves)
+        grid = {k: v for k, v in grid.items() if k != "num_leaves"}
     if args.joint:
         return _train_joint(args, base)
     out, summary = train(
@@ -805,6 +809,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="MODEL",
         help="skip tuning: the hyperparameters of this model (e.g. the shipped one); overrides --n-estimators",
+    )
+    p.add_argument(
+        "--num-leaves",
+        type=_integer(2, "an integer >= 2"),
+        default=None,
+        help="leaves per tree, instead of tuning's or --params-from's (the joint model's 255: docs/selector.md)",
     )
     p.add_argument(
         "--joint",

@@ -216,6 +216,13 @@ def test_train_joint_on_the_command_line(two_gpus, tmp_path, capsys):
     assert "exists; pass --force" in capsys.readouterr().err
     assert main(["train", str(SLICE), "--joint", "--models", str(tmp_path)]) == 2
     assert "--joint does not tune" in capsys.readouterr().err
+    # --num-leaves: a setting of its own over --params-from's (the manifest's params say which ran)
+    assert json.loads((tmp_path / "two" / "manifest.json").read_text())["params"]["num_leaves"] == SMALL.num_leaves
+    assert main([*argv[:-4], "three", "--threads", "1", "--num-leaves", "5", "--no-progress"]) == 0
+    assert json.loads((tmp_path / "three" / "manifest.json").read_text())["params"]["num_leaves"] == 5
+    with pytest.raises(SystemExit):  # argparse's one line
+        main([*argv, "--num-leaves", "1"])
+    assert "--num-leaves: expected an integer >= 2, got '1'" in capsys.readouterr().err
 
 
 def test_a_joint_model_scores_records_of_any_of_its_gpus_without_force(joint, two_gpus):
