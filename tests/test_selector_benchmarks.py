@@ -104,3 +104,31 @@ def test_ranker_settings_says_in_one_line_what_it_cannot_use(args, message, caps
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.strip().splitlines()) == 1, captured.err
     assert captured.err.strip().startswith(message), captured.err
+
+
+def test_pick_stability_carries_a_layers_pick_to_its_other_sizes():
+    """benchmarks/pick_stability.py on one layer at three sizes: A's pick is timed on B against B's best and default;
+    near pairs are the same batch with h and w within the ratio."""
+    import pandas as pd
+
+    from algosel.problem import ConvProblem
+
+    spec = importlib.util.spec_from_file_location("pick_stability", REPO / "benchmarks" / "pick_stability.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    # size -> (default, x, y) ms: at 32x32 x is fastest, at 36x36 x again, at 96x96 the default
+    sizes = {32: (1.0, 0.5, 0.9), 36: (1.2, 0.6, 1.1), 96: (2.0, 3.0, 2.5)}
+    rows = []
+    for h, times in sizes.items():
+        p = ConvProblem(n=8, c=16, k=16, h=h, w=h, r=3, s=3, pad_h=1, pad_w=1)
+        for cid, t in zip(("pytorch:default", "cudnn:x", "cudnn:y"), times):
+            rows.append({**p.to_dict(), "problem_key": p.key, "candidate_id": cid, "status": "ok", "time_ms_median": t})
+    frame = pd.DataFrame(rows)
+    every, near = script.pairs(frame, None), script.pairs(frame, 1.35)
+    assert len(every) == 6 and len(near) == 2  # 32 <-> 36 only
+    assert near["over_best"].tolist() == [1.0, 1.0] and near["a_gain"].tolist() == [2.0, 2.0]
+    from96 = every[every["a_pick_is_default"]]  # 96's pick (the default) on 32 and 36: 2x and 2x their best
+    assert sorted(from96["over_best"].round(3)) == [2.0, 2.0]
+    lines = script.describe(near, "near")
+    assert "2 pairs" in lines[0] and "within 3% of B's best 1.000" in lines[0]
+    assert "slower than B's default 0.000" in lines[2] and "geomean over the default 0.500" in lines[2]
