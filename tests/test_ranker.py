@@ -49,6 +49,30 @@ def test_the_ranker_learns_from_the_shortlist_only(slice_records, monkeypatch):
     assert seen[1][0] == len(prep.data)
 
 
+@pytest.mark.parametrize("objective", ["lambdarank", "regression"])
+def test_row_weights_scale_what_the_ranker_learns_from_each_row(slice_records, objective):
+    """``fit_prepared(weight=)`` (a joint model's weight of one GPU's records): ones fit what no weights fit; a fit
+    weighted onto half the problems (the other half 0) differs, and, ranking, picks better on the half it learnt."""
+    frame, envs = slice_records
+    prep = Prepared.build(frame, envs)
+    params = RankerParams(objective=objective, n_estimators=5, num_threads=1)
+    plain = Ranker(params).fit_prepared(prep.data, prep.X)
+    ones = Ranker(params).fit_prepared(prep.data, prep.X, weight=np.ones(len(prep.data)))
+    np.testing.assert_array_equal(plain.score(prep.X), ones.score(prep.X))
+    half = (prep.data["problem_key"].rank(method="dense") % 2 == 0).to_numpy()  # every other problem
+    first = Ranker(params).fit_prepared(prep.data, prep.X, weight=np.where(half, 0.0, 1.0))
+    assert not np.array_equal(first.score(prep.X), plain.score(prep.X))
+    if objective == "lambdarank":
+        second = Ranker(params).fit_prepared(prep.data, prep.X, weight=np.where(half, 1.0, 0.0))
+
+        def picks(ranker, rows):
+            return geomean_ratio(selector_table(frame, pick_times(rows.data, ranker.score(rows.X))), "model")
+
+        a, b = prep.rows(~half), prep.rows(half)
+        assert picks(first, a) < picks(first, b) and picks(second, b) < picks(second, a)
+        assert picks(first, a) < picks(second, a) and picks(second, b) < picks(first, b)
+
+
 def _frame(rows):
     base = {"status": "ok", "space": "cudnn", "rank_a": -1, "rank_b": -1}
     return pd.DataFrame([{**base, **r} for r in rows])
