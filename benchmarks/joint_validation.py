@@ -1,11 +1,12 @@
 """The joint model's cost on the H200, on a validation split of the training shapes (CPU, a few minutes).
 
-    python benchmarks/joint_validation.py [--seeds 0,1,2,3,4,5] [--fits h200,joint,joint-l255,joint-l191,...]
+    python benchmarks/joint_validation.py [--seeds 0,1,2,3,4,5] [--fits h200,joint,joint-l255,targeted-l255,...]
 
 Holds out a further 20% of the training shapes (by a salted hash; the test shapes stay untouched) on both GPUs and
 fits, with the shipped H200 model's settings and each seed, the H200's records alone (``h200``) and the joint records
-(``joint``), variants named by what they change: ``-l255`` (num_leaves), ``-mcs40`` (min_child_samples), ``-w0.25``
-(the H100 records' weight); prints each fit's geomean and share within 5% on the H200's and the H100's validation
+(``joint``), the joint records and the H100's targeted sweep (``targeted``), variants named by what they change:
+``-l255`` (num_leaves), ``-n300`` (n_estimators), ``-mcs40`` (min_child_samples), ``-w0.25`` (the H100 records'
+weight); prints each fit's geomean and share within 5% on the H200's and the H100's validation
 problems, then each fit's mean over the seeds. This is what chose the shipped joint model's 255 leaves: at the H200
 model's 127 a joint model was ~0.13% worse on the H200 over six seeds; docs/selector.md ("A GPU of your own") quotes it.
 """
@@ -26,15 +27,19 @@ from algosel.records import load_records
 
 D = [f"data/sweeps/h200{s}" for s in ("", "-nhwc", "-layers", "-zoo-f32", "-zoo-nhwc", "-loss")]
 H = "data/sweeps/h100-80gb-hbm3-cudnn91900"
+T = "data/sweeps/h100-80gb-hbm3-cudnn91900-targeted"
 base = tuned_params("models/h200-cudnn91900", RankerParams(num_threads=2))
 fk, ek = load_records(*D)
-fn, en = load_records(H)
+fn, en = load_records(H, T)
+ft, _ = load_records(T)
 frame, envs_list = joint_environments(pd.concat([fk, fn], ignore_index=True), {**ek, **en})
 prep = Prepared.build(frame, {**ek, **en})
 test = is_test_shape(prep.shape)
 val = np.array([zlib.crc32(f"val:{s}".encode()) % 1000 < 200 for s in prep.shape]) & ~test
 train = ~test & ~val
 onh = prep.data["env_id"].isin(set(fn["env_id"])).to_numpy()
+# The targeted sweep's problems (those the uniform H100 sweep lacks): trained on by ``targeted`` fits only.
+targeted = onh & prep.data["problem_key"].isin(set(ft["problem_key"]) - set(load_records(H)[0]["problem_key"])).to_numpy()
 rk, rn = frame[~frame["env_id"].isin(set(fn["env_id"]))], frame[frame["env_id"].isin(set(fn["env_id"]))]
 vk, vn = prep.rows(val & ~onh), prep.rows(val & onh)
 print("val problems", vk.data.problem_key.nunique(), vn.data.problem_key.nunique(), flush=True)
@@ -69,7 +74,10 @@ def fit(spec: str, seed: int):
             weight = float(c[1:])
         else:
             raise SystemExit(f"joint_validation.py: unknown change {c!r} in {spec!r}")
-    return run(f"{spec} s{seed}", train & ~onh if kind == "h200" else train, weight, **change)
+    if kind not in ("h200", "joint", "targeted"):
+        raise SystemExit(f"joint_validation.py: unknown fit {spec!r}: h200, joint or targeted and its changes")
+    mask = {"h200": train & ~onh, "joint": train & ~targeted, "targeted": train}[kind]
+    return run(f"{spec} s{seed}", mask, weight, **change)
 
 
 args = dict(zip(sys.argv[1::2], sys.argv[2::2]))

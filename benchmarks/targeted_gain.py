@@ -1,0 +1,119 @@
+"""What the targeted records buy a joint model, on held-out shapes of every GPU (CPU, a few minutes a seed).
+
+    python benchmarks/targeted_gain.py [--seeds 0,1] [--fits base,targeted] [--leaves 255] [--trees 150]
+                                       [--extra DIR] [--out F.json]
+
+Fits, with the shipped H200 model's settings (``--leaves`` and ``--trees`` override them) and each seed, on the
+training shapes (:func:`algosel.learn.evaluate.is_test_shape` false) of:
+
+- ``base``: the records the shipped joint model learnt from (the six H200 datasets and the H100's uniform sweep);
+- ``targeted``: the same and ``--extra`` (default: the H100's targeted sweep, ``benchmarks/targeted_sweep.sh``).
+
+Scores every fit on the same held-out problems, those a training step runs, in three groups: the H200's, the H100's
+uniform sweep and the H100's targeted sweep (whose shapes neither fit trained on), each as geomean of best and share
+within 5%, and per shape family (:func:`algosel.measure.grid.family_of`) on the H100's held-out problems. Prints a line
+per fit and seed, then the mean over seeds; ``--out`` writes them as JSON. docs/selector.md quotes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+H200 = [f"data/sweeps/h200{s}" for s in ("", "-nhwc", "-layers", "-zoo-f32", "-zoo-nhwc", "-loss")]
+H100 = "data/sweeps/h100-80gb-hbm3-cudnn91900"
+EXTRA = "data/sweeps/h100-80gb-hbm3-cudnn91900-targeted"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--fits", default="base,targeted")
+    parser.add_argument("--leaves", type=int, default=255, help="num_leaves (the shipped joint model's: 255)")
+    parser.add_argument("--trees", type=int, default=None, help="n_estimators (default: the H200 model's)")
+    parser.add_argument("--extra", default=EXTRA, help="the targeted records' dataset")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+
+    from algosel.learn.artifact import tuned_params  # noqa: PLC0415
+    from algosel.learn.evaluate import Prepared, is_test_shape, pick_times, selector_table  # noqa: PLC0415
+    from algosel.learn.joint import joint_environments  # noqa: PLC0415
+    from algosel.learn.ranker import Ranker, RankerParams  # noqa: PLC0415
+    from algosel.measure.grid import family_of  # noqa: PLC0415
+    from algosel.measure.steps import no_input_grad_shapes, runs_in_training  # noqa: PLC0415
+    from algosel.measure.suites import load_suites  # noqa: PLC0415
+    from algosel.problem import ConvProblem  # noqa: PLC0415
+    from algosel.records import load_records  # noqa: PLC0415
+
+    params = tuned_params("models/h200-cudnn91900", RankerParams(num_threads=2))
+    params = replace(params, num_leaves=args.leaves, **({"n_estimators": args.trees} if args.trees else {}))
+    sources = {"h200": H200, "h100": [H100], "h100-targeted": [args.extra]}
+    frames, envs = [], {}
+    for group, dirs in sources.items():
+        f, e = load_records(*dirs)
+        frames.append(f.assign(group=group))
+        envs.update(e)
+    frame, _ = joint_environments(pd.concat(frames, ignore_index=True), envs)
+    prep = Prepared.build(frame, envs)
+    test = is_test_shape(prep.shape)
+    # A problem belongs to the first group that recorded it on its GPU (a targeted shape may also be a uniform one).
+    group_of = frame.drop_duplicates(["problem_key", "env_id"]).set_index(["problem_key", "env_id"])["group"]
+    row_group = group_of.reindex(pd.MultiIndex.from_frame(prep.data[["problem_key", "env_id"]])).to_numpy()
+    never = no_input_grad_shapes([load_suites()])
+    tests = {g: prep.rows(test & (row_group == g)) for g in sources}
+    records = {g: frame[frame["group"] == g] for g in sources}
+    print("held-out problems:", {g: t.data["problem_key"].nunique() for g, t in tests.items()}, flush=True)
+
+    def score(ranker: Ranker) -> tuple[dict[str, dict[str, float]], pd.DataFrame]:
+        out, h100_tables = {}, []
+        for g, rows in tests.items():
+            table = selector_table(records[g], pick_times(rows.data, ranker.score(rows.X)))
+            table = table[runs_in_training(table.index, never)].dropna(subset=["model", "best"])
+            ratio = table["model"] / table["best"]
+            out[g] = {"problems": len(table), "geomean": float(np.exp(np.log(ratio).mean())),
+                      "within_5pct": float((ratio <= 1.05).mean())}  # fmt: skip
+            if g != "h200":
+                h100_tables.append(table.assign(ratio=ratio))
+        h100 = pd.concat(h100_tables)
+        h100["family"] = [family_of(ConvProblem.from_key(k)) for k in h100.index]
+        fam = h100.groupby("family")["ratio"].agg(problems="count", geomean=lambda r: float(np.exp(np.log(r).mean())))
+        return out, fam
+
+    results: dict[str, list] = {}
+    for spec in args.fits.split(","):
+        if spec not in ("base", "targeted"):
+            raise SystemExit(f"targeted_gain.py: unknown fit {spec!r}: base or targeted")
+        mask = ~test & ((row_group != "h100-targeted") if spec == "base" else True)
+        part = prep.rows(np.asarray(mask, dtype=bool))
+        for seed in [int(s) for s in args.seeds.split(",")]:
+            t = time.time()
+            ranker = Ranker(replace(params, seed=seed)).fit_prepared(part.data, part.X)
+            got, fam = score(ranker)
+            results.setdefault(spec, []).append({"seed": seed, "scores": got, "h100_families": fam.reset_index()
+                                                 .to_dict("records")})  # fmt: skip
+            line = "  ".join(f"{g} {s['geomean']:.4f} {100 * s['within_5pct']:.1f}%" for g, s in got.items())
+            print(f"{spec:9s} s{seed}  {line}  ({time.time() - t:.0f}s)", flush=True)
+    print(f"\nmean over seeds {args.seeds} ({args.leaves} leaves):")
+    for spec, runs in results.items():
+        line = "  ".join(
+            f"{g} {np.mean([r['scores'][g]['geomean'] for r in runs]):.4f} "
+            f"{100 * np.mean([r['scores'][g]['within_5pct'] for r in runs]):.1f}%"
+            for g in sources
+        )
+        print(f"{spec:9s} {line}")
+    for spec, runs in results.items():
+        fams = pd.concat(pd.DataFrame(r["h100_families"]) for r in runs).groupby("family")
+        print(f"\n{spec}: H100 held-out per family (mean over seeds)")
+        print(fams.agg(problems=("problems", "first"), geomean=("geomean", "mean")).to_string(float_format="{:.4f}".format))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"args": vars(args), "results": results}, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
