@@ -39,7 +39,8 @@ val = np.array([zlib.crc32(f"val:{s}".encode()) % 1000 < 200 for s in prep.shape
 train = ~test & ~val
 onh = prep.data["env_id"].isin(set(fn["env_id"])).to_numpy()
 # The targeted sweep's problems (those the uniform H100 sweep lacks): trained on by ``targeted`` fits only.
-targeted = onh & prep.data["problem_key"].isin(set(ft["problem_key"]) - set(load_records(H)[0]["problem_key"])).to_numpy()
+only_targeted = set(ft["problem_key"]) - set(load_records(H)[0]["problem_key"])
+targeted = onh & prep.data["problem_key"].isin(only_targeted).to_numpy()
 rk, rn = frame[~frame["env_id"].isin(set(fn["env_id"]))], frame[frame["env_id"].isin(set(fn["env_id"]))]
 vk, vn = prep.rows(val & ~onh), prep.rows(val & onh)
 print("val problems", vk.data.problem_key.nunique(), vn.data.problem_key.nunique(), flush=True)

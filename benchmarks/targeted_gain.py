@@ -1,12 +1,13 @@
 """What the targeted records buy a joint model, on held-out shapes of every GPU (CPU, a few minutes a seed).
 
     python benchmarks/targeted_gain.py [--seeds 0,1] [--fits base,targeted] [--leaves 255] [--trees 150]
-                                       [--extra DIR] [--out F.json]
+        [--h200 DIR ...] [--h100 DIR ...] [--extra DIR ...] [--params-from MODEL] [--threads 2] [--out F.json]
 
-Fits, with the shipped H200 model's settings (``--leaves`` and ``--trees`` override them) and each seed, on the
-training shapes (:func:`algosel.learn.evaluate.is_test_shape` false) of:
+Fits, with ``--params-from``'s settings (the shipped H200 model's; ``--leaves`` and ``--trees`` override them) and
+each seed, on the training shapes (:func:`algosel.learn.evaluate.is_test_shape` false) of:
 
-- ``base``: the records the shipped joint model learnt from (the six H200 datasets and the H100's uniform sweep);
+- ``base``: ``--h200`` and ``--h100`` (default: what the shipped joint model learnt from before its targeted records,
+  the six H200 datasets and the H100's uniform sweep);
 - ``targeted``: the same and ``--extra`` (default: the H100's targeted sweep, ``benchmarks/targeted_sweep.sh``).
 
 Scores every fit on the same held-out problems, those a training step runs, in three groups: the H200's, the H100's
@@ -31,17 +32,28 @@ H100 = "data/sweeps/h100-80gb-hbm3-cudnn91900"
 EXTRA = "data/sweeps/h100-80gb-hbm3-cudnn91900-targeted"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--fits", default="base,targeted")
     parser.add_argument("--leaves", type=int, default=255, help="num_leaves (the shipped joint model's: 255)")
     parser.add_argument("--trees", type=int, default=None, help="n_estimators (default: the H200 model's)")
-    parser.add_argument("--extra", default=EXTRA, help="the targeted records' dataset")
+    parser.add_argument("--h200", nargs="+", default=H200, help="the first GPU's datasets")
+    parser.add_argument("--h100", nargs="+", default=[H100], help="the second GPU's datasets, before the targeted")
+    parser.add_argument("--extra", nargs="+", default=[EXTRA], help="the targeted records' datasets")
+    parser.add_argument("--params-from", default="models/h200-cudnn91900", help="the model whose settings to fit")
+    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    fits = args.fits.split(",")
+    unknown = [f for f in fits if f not in ("base", "targeted")]
+    if unknown:
+        raise SystemExit(f"targeted_gain.py: unknown fit {unknown[0]!r}: base or targeted")
 
-    from algosel.learn.artifact import tuned_params  # noqa: PLC0415
+    from algosel.learn.artifact import (
+        SelectorError,  # noqa: PLC0415
+        tuned_params,  # noqa: PLC0415
+    )
     from algosel.learn.evaluate import Prepared, is_test_shape, pick_times, selector_table  # noqa: PLC0415
     from algosel.learn.joint import joint_environments  # noqa: PLC0415
     from algosel.learn.ranker import Ranker, RankerParams  # noqa: PLC0415
@@ -50,15 +62,19 @@ def main() -> None:
     from algosel.measure.suites import load_suites  # noqa: PLC0415
     from algosel.problem import ConvProblem  # noqa: PLC0415
     from algosel.records import load_records  # noqa: PLC0415
+    from algosel.records.store import RecordsError  # noqa: PLC0415
 
-    params = tuned_params("models/h200-cudnn91900", RankerParams(num_threads=2))
+    try:
+        params = tuned_params(args.params_from, RankerParams(num_threads=args.threads))
+        sources = {"h200": args.h200, "h100": args.h100, "h100-targeted": args.extra}
+        frames, envs = [], {}
+        for group, dirs in sources.items():
+            f, e = load_records(*dirs)
+            frames.append(f.assign(group=group))
+            envs.update(e)
+    except (RecordsError, SelectorError, OSError) as exc:
+        raise SystemExit(f"targeted_gain.py: {exc}") from None
     params = replace(params, num_leaves=args.leaves, **({"n_estimators": args.trees} if args.trees else {}))
-    sources = {"h200": H200, "h100": [H100], "h100-targeted": [args.extra]}
-    frames, envs = [], {}
-    for group, dirs in sources.items():
-        f, e = load_records(*dirs)
-        frames.append(f.assign(group=group))
-        envs.update(e)
     frame, _ = joint_environments(pd.concat(frames, ignore_index=True), envs)
     prep = Prepared.build(frame, envs)
     test = is_test_shape(prep.shape)
@@ -86,9 +102,7 @@ def main() -> None:
         return out, fam
 
     results: dict[str, list] = {}
-    for spec in args.fits.split(","):
-        if spec not in ("base", "targeted"):
-            raise SystemExit(f"targeted_gain.py: unknown fit {spec!r}: base or targeted")
+    for spec in fits:
         mask = ~test & ((row_group != "h100-targeted") if spec == "base" else True)
         part = prep.rows(np.asarray(mask, dtype=bool))
         for seed in [int(s) for s in args.seeds.split(",")]:
@@ -110,7 +124,8 @@ def main() -> None:
     for spec, runs in results.items():
         fams = pd.concat(pd.DataFrame(r["h100_families"]) for r in runs).groupby("family")
         print(f"\n{spec}: H100 held-out per family (mean over seeds)")
-        print(fams.agg(problems=("problems", "first"), geomean=("geomean", "mean")).to_string(float_format="{:.4f}".format))
+        table = fams.agg(problems=("problems", "first"), geomean=("geomean", "mean"))
+        print(table.to_string(float_format="{:.4f}".format))
     if args.out:
         Path(args.out).write_text(json.dumps({"args": vars(args), "results": results}, indent=1, default=str) + "\n")
 
