@@ -2,6 +2,7 @@
 (CPU).
 
     python benchmarks/family_loss.py [--model models/h200-cudnn91900] [--data DIR ...] [--out F.json]
+    python benchmarks/family_loss.py --plot F.png --compare BEFORE.json AFTER.json [--compare ...]
 
 On the held-out shapes of ``--data`` (:func:`algosel.learn.evaluate.is_test_shape`), the model picks as ``algosel
 evaluate`` scores it; the input gradients a training step never runs (:mod:`algosel.measure.steps`, from the network
@@ -11,6 +12,10 @@ kernels, dilated, depthwise, fully connected, odd). Prints per family, per dtype
 summed and mean loss, the share of the summed loss and of the excess time, and the share within 5% of the best: what
 :data:`algosel.measure.grid.TARGETED_FAMILIES` was set from. Every source counts (grid, suites, layers files): the
 mix is aimed at where the model loses, wherever the shapes came from.
+
+With ``--plot``, no model is run: each ``--compare`` pair of ``--out`` files (before, after) becomes a panel of the
+mean loss per family, before and after, with each family's share of problems within 5% of the best on its bars
+(docs/figures/family-loss-before-after.png).
 """
 
 from __future__ import annotations
@@ -38,12 +43,52 @@ def family_losses(table: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return out.sort_values("loss_sum", ascending=False)
 
 
+def plot_before_after(pairs: list[tuple[dict, dict]], out: str) -> None:
+    """One panel per (before, after) pair of ``--out`` payloads: mean log loss per family, the families in the
+    before table's order of summed loss; within-5% shares written on the bars."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, axes = plt.subplots(len(pairs), 1, figsize=(9, 3.4 * len(pairs)), squeeze=False)
+    for ax, (before, after) in zip(axes[:, 0], pairs):
+        rows_b = {r["family"]: r for r in before["family"]}
+        rows_a = {r["family"]: r for r in after["family"]}
+        families = [f for f in rows_b if f in rows_a]
+        x = np.arange(len(families))
+        for offset, rows, label in ((-0.2, rows_b, before["model"]), (0.2, rows_a, after["model"])):
+            bars = ax.bar(x + offset, [rows[f]["loss_mean"] for f in families], width=0.4, label=Path(label).name)
+            for bar, f in zip(bars, families):
+                ax.annotate(f"{100 * rows[f]['within_5pct']:.0f}%", (bar.get_x() + bar.get_width() / 2,
+                            bar.get_height()), ha="center", va="bottom", fontsize=7)  # fmt: skip
+        ax.set_xticks(x, [f"{f.replace('_', ' ')}\n({rows_b[f]['problems']})" for f in families], fontsize=8)
+        ax.set_ylabel("mean log(pick / best)")
+        ax.set_title(f"held-out problems of {', '.join(Path(d).name for d in after['data'])}", fontsize=9)
+        ax.legend(fontsize=8, title="model (within 5% on the bars)", title_fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="models/h200-cudnn91900")
     parser.add_argument("--data", nargs="+", default=DATA)
     parser.add_argument("--out", default=None, help="also write the tables as JSON")
+    parser.add_argument("--plot", default=None, help="draw the --compare pairs into this PNG (no model is run)")
+    parser.add_argument("--compare", nargs=2, action="append", metavar=("BEFORE", "AFTER"), default=[])
     args = parser.parse_args()
+    if args.plot or args.compare:
+        if not (args.plot and args.compare):
+            parser.error("--plot and --compare go together")
+        try:
+            pairs = [tuple(json.loads(Path(f).read_text()) for f in pair) for pair in args.compare]
+        except (OSError, ValueError) as exc:
+            parser.error(f"cannot read a --compare file: {exc}")
+        plot_before_after(pairs, args.plot)
+        print(f"wrote {args.plot}")
+        return
 
     from algosel.learn.evaluate import Prepared, held_out_table, mark_runs  # noqa: PLC0415
     from algosel.learn.selector import Selector  # noqa: PLC0415
