@@ -10,8 +10,9 @@ suites) are left out. Each problem's loss is ``log(pick / best)`` and its excess
 told from its shape (:func:`algosel.measure.grid.family_of`: strided stems over few channels, pointwise, 3x3, large
 kernels, dilated, depthwise, fully connected, odd). Prints per family, per dtype and per family x dtype: problems,
 summed and mean loss, the share of the summed loss and of the excess time, and the share within 5% of the best: what
-:data:`algosel.measure.grid.TARGETED_FAMILIES` was set from. Every source counts (grid, suites, layers files): the
-mix is aimed at where the model loses, wherever the shapes came from.
+:data:`algosel.measure.grid.TARGETED_FAMILIES` was set from; then per band of pick / best (:func:`miss_bands`), where
+the loss lies and how often cuDNN's heuristics or PyTorch's default would have picked faster. Every source counts
+(grid, suites, layers files): the mix is aimed at where the model loses, wherever the shapes came from.
 
 With ``--plot``, no model is run: each ``--compare`` pair of ``--out`` files (before, after) becomes a panel of the
 mean loss per family, before and after, with each family's share of problems within 5% of the best on its bars
@@ -41,6 +42,27 @@ def family_losses(table: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     out["loss_share"] = out["loss_sum"] / d["loss"].sum()
     out["excess_share"] = out["excess_ms"] / d["excess"].sum()
     return out.sort_values("loss_sum", ascending=False)
+
+
+#: Upper edges of the bands of pick / best that :func:`miss_bands` groups problems by.
+BAND_EDGES = (1.02, 1.05, 1.1, 1.2, 1.5, 2.0)
+
+
+def miss_bands(table: pd.DataFrame) -> pd.DataFrame:
+    """Per band of ``model / best`` (:data:`BAND_EDGES`): problems, their share of the summed log loss, the median
+    best time (ms) and the share on which cuDNN's mode A, mode B and PyTorch's default picked faster than the model."""
+    ratio = table["model"] / table["best"]
+    labels = [f"<= {e:g}" for e in BAND_EDGES] + [f"> {BAND_EDGES[-1]:g}"]
+    band = pd.cut(ratio, [0.0, *BAND_EDGES, np.inf], labels=labels)
+    d = table.assign(loss=np.log(ratio), band=band)
+    for s in ("heuristic_a", "heuristic_b", "pytorch_default"):
+        d[f"{s}_faster"] = d[s] < d["model"]
+    out = d.groupby("band", observed=False).agg(
+        problems=("loss", "count"), loss_sum=("loss", "sum"), best_ms_median=("best", "median"),
+        heuristic_a_faster=("heuristic_a_faster", "mean"), heuristic_b_faster=("heuristic_b_faster", "mean"),
+        pytorch_default_faster=("pytorch_default_faster", "mean"))  # fmt: skip
+    out.insert(2, "loss_share", out["loss_sum"] / d["loss"].sum())
+    return out
 
 
 def plot_before_after(pairs: list[tuple[dict, dict]], out: str) -> None:
@@ -113,6 +135,9 @@ def main() -> None:
         tables[name] = out = family_losses(table, by)
         print(f"\nper {name}:")
         print(out.head(24).to_string(float_format=lambda v: f"{v:.3f}"))
+    tables["band"] = bands = miss_bands(table)
+    print("\nper band of pick / best:")
+    print(bands.to_string(float_format=lambda v: f"{v:.3f}"))
     if args.out:
         payload = {k: v.reset_index().to_dict("records") for k, v in tables.items()}
         Path(args.out).write_text(json.dumps({"model": args.model, "data": args.data, **payload}, indent=1) + "\n")

@@ -35,6 +35,20 @@ def test_family_losses_sum_each_group_s_log_loss_and_shares():
     assert out.loc["stem", "excess_ms"] == pytest.approx(1.0)
 
 
+def test_miss_bands_place_each_problem_by_its_pick_over_best():
+    table = pd.DataFrame({"model": [1.0, 1.04, 1.3, 3.0], "best": [1.0, 1.0, 1.0, 1.0],
+                          "heuristic_a": [2.0, 1.0, 1.1, 4.0], "heuristic_b": [1.0, 2.0, 2.0, 2.0],
+                          "pytorch_default": [1.5, 1.5, 1.5, 1.5]})  # fmt: skip
+    out = _module().miss_bands(table)
+    assert list(out.index) == ["<= 1.02", "<= 1.05", "<= 1.1", "<= 1.2", "<= 1.5", "<= 2", "> 2"]
+    assert out["problems"].tolist() == [1, 1, 0, 0, 1, 0, 1]
+    assert out["loss_share"].sum() == pytest.approx(1.0)
+    assert out.loc["> 2", "loss_share"] == pytest.approx(math.log(3.0) / (math.log(1.04) + math.log(1.3) + math.log(3)))
+    assert out.loc["<= 1.05", "heuristic_a_faster"] == 1.0 and out.loc["<= 1.5", "heuristic_a_faster"] == 1.0
+    assert out.loc["> 2", "heuristic_b_faster"] == 1.0 and out.loc["<= 1.02", "heuristic_b_faster"] == 0.0
+    assert out.loc["> 2", "pytorch_default_faster"] == 1.0 and out.loc["<= 1.5", "pytorch_default_faster"] == 0.0
+
+
 def _payload(model: str, losses: dict[str, float]) -> dict:
     rows = [{"family": f, "problems": 10, "loss_mean": v, "within_5pct": 0.5} for f, v in losses.items()]
     return {"model": model, "data": ["data/sweeps/h200"], "family": rows}
