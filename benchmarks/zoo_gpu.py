@@ -17,8 +17,10 @@ time per step (torch.profiler) over the step's wall time (>= 0.9: GPU-bound).
 
 ``runs`` (the multi-scale detection run): the detection head over 30 input sizes, each arm in a process of its own so
 that every size is new to it (PyTorch keeps one plan per shape whatever the benchmark flag): PyTorch's default,
-benchmark mode, prediction mode, verify mode with an empty cache, and verify mode again in a new process with the
-cache the cold one filled. Each runs ``RUN_EPOCHS`` passes over the sizes; the whole run's time, tuning included, is
+benchmark mode, the hook's default mode (``rule``: ``hook.enabled()``), the rule without timing (``predict``:
+``hook.enabled(verify=False)``), verify mode with an empty cache, and verify mode again in a new process with the
+cache the cold one filled (in the paired job, ``predict`` is ``hook.enabled()``: the hook's default mode, the rule).
+Each runs ``RUN_EPOCHS`` passes over the sizes; the whole run's time, tuning included, is
 what the arms are compared by.
 
 Networks: EfficientNet-B0, MobileNetV3-L, ConvNeXt-T, ResNet-50, DenseNet-121, RegNetY-1.6GF (torchvision),
@@ -57,14 +59,17 @@ GPU_NETS: dict[str, tuple[int, int, str]] = {
     "unet": (16, 256, "file"),
     "srnet": (32, 96, "file"),
     "detector_ms30": (8, 0, "multiscale"),
+    "regnet_x_3_2gf_ms9": (64, 0, "multiscale_cls"),
 }
 #: The detection head's 30 input sizes (multiples of 32): none among the FPN suite's sizes around 800x1216 that the
 #: records hold, nor zoo.py's 20 (widths 960-1088).
 MS_SIZES = tuple((h, w) for h in (512, 544, 576, 608, 640, 672) for w in (800, 832, 864, 896, 928))
+#: The 9 input sizes of a classification network trained at several resolutions (grouped convolutions: RegNetX's).
+CLS_SIZES = (160, 176, 192, 208, 224, 240, 256, 272, 288)
 #: Passes over the sizes of one multi-scale run (the first meets every size new).
 RUN_EPOCHS = 3
 #: The arms of the multi-scale run, a process each, in this order (the warm arm reads the cold arm's cache).
-RUN_ARMS = ("default", "benchmark", "predict", "verify", "verify_warm")
+RUN_ARMS = ("default", "benchmark", "rule", "predict", "verify", "verify_warm")
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "networks"
 #: The smoke run's input sizes of the networks from files (a few milliseconds a step on a CPU).
 SMOKE_SIZES = {"unet": 16, "srnet": 8}
@@ -97,6 +102,16 @@ def _multiscale(name: str, batch: int, size: int, mf, device: str):
     return model, inputs
 
 
+def _multiscale_cls(name: str, batch: int, size: int, mf, device: str):
+    """A torchvision classifier (the name less its ``_msN`` suffix) over :data:`CLS_SIZES` (a step takes the next)."""
+    import torch
+    import torchvision
+
+    model = getattr(torchvision.models, name.rsplit("_ms", 1)[0])(weights=None).to(device).to(memory_format=mf)
+    sizes, batch = ((32, 48, 64), 2) if zoo.SMOKE else (CLS_SIZES, batch)
+    return model, [[torch.randn(batch, 3, s, s, device=device).contiguous(memory_format=mf)] for s in sizes]
+
+
 def _small_cls(kind: str):
     """torchvision's networks at a tiny batch and size (the smoke run on a CPU)."""
 
@@ -116,7 +131,7 @@ def register() -> None:
     """Make zoo.py's jobs run this zoo's networks (in this process: the driver's children call it first)."""
     zoo.NETS.clear()
     zoo.NETS.update(GPU_NETS)
-    zoo.BUILDERS.update({"file": _from_file, "multiscale": _multiscale})
+    zoo.BUILDERS.update({"file": _from_file, "multiscale": _multiscale, "multiscale_cls": _multiscale_cls})
     if zoo.SMOKE:  # the torchvision networks at batch 2 on 64x64 (BatchNorm needs more than one value per channel)
         zoo.BUILDERS.update({"cls": _small_cls("cls"), "seg": _small_cls("seg")})
     for arm in RUN_ARMS:
@@ -144,8 +159,10 @@ def _run_context(arm: str, dtype: str, hook):
         torch.backends.cudnn.benchmark = True
         return contextlib.nullcontext
     sel = zoo.selector_kwargs()
-    if arm == "predict":
-        return lambda: hook.enabled(cache=cache_root() / "zoo-run-predict", **sel)
+    if arm == "rule":  # the hook's default mode
+        return lambda: hook.enabled(cache=cache_root() / "zoo-run-rule", **sel)
+    if arm == "predict":  # the rule without timing
+        return lambda: hook.enabled(verify=False, cache=cache_root() / "zoo-run-predict", **sel)
     if arm in ("verify", "verify_warm"):
         return lambda: hook.enabled(verify=zoo.VERIFY_K, cache=cache_root() / "zoo-run-verify", **sel)
     return contextlib.nullcontext
@@ -162,7 +179,7 @@ def job_run(arm: str, name: str, dtype: str, device: str = "cuda", epochs: int =
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     ctx = _run_context(arm, dtype, hook)
     ex = None
-    if arm.startswith("verify"):
+    if arm.startswith("verify") or arm == "rule":
         with ctx() as ex:
             before = ex.measured_problems  # the executor is the process's: an earlier dtype's count is in it
     t0 = time.perf_counter()

@@ -133,15 +133,16 @@ def test_a_cycle_would_be_caught(tmp_path, monkeypatch):
 #: The runtime's own layers, bottom first (docs/architecture.md, "The runtime"): a runtime module imports only its
 #: row and the rows above it. Imports under ``if TYPE_CHECKING:`` are for annotations and do not count.
 RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("cache",),
+    ("cache", "rule"),
     ("policy",),
     ("stats", "device", "state", "trial", "autograd_thread", "native", "unseen", "fallbacks", "claims", "measured"),
     ("routes", "plans", "candidates"),
-    ("probation", "verify"),
+    ("probation", "verify", "recurrence"),
     ("decisions", "blocks"),
     ("function",),
     ("call",),
     ("executor",),
+    ("shared",),
     ("ops", "hook", "api", "doctor", "standins"),
 )
 

@@ -44,7 +44,7 @@ def test_a_small_measured_gain_pays_in_a_gpu_bound_step_only():
     # a gain the host-bound rule keeps is a plain switch
     big = {"pytorch:default": 0.300, "cudnn:eng1": 0.200}
     assert judge(DEFAULT_POLICY, "k", "cudnn:eng1", big, 0.300, "measured", 1.03, 0.0, device_bound=True).reason == ""
-    with pytest.raises(ValueError, match="device_bound_busy_fraction is a share of looks in"):
+    with pytest.raises(ValueError, match="device_bound_busy_fraction is a share in"):
         dataclasses.replace(DEFAULT_POLICY, device_bound_busy_fraction=2.0)
 
 

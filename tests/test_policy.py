@@ -32,7 +32,7 @@ def shipped():
     ("min_gain_us", -1.0, "SwitchPolicy.min_gain_us must be a number >= 0, got -1.0"),
     ("probe_calls", 2.5, "SwitchPolicy.probe_calls must be an integer, got 2.5"),
     ("probe_calls", True, "SwitchPolicy.probe_calls must be a number >= 0, got True"),
-    ("min_busy_fraction", 1.5, "SwitchPolicy.min_busy_fraction is a share of looks in [0, 1], got 1.5"),
+    ("min_busy_fraction", 1.5, "SwitchPolicy.min_busy_fraction is a share in [0, 1], got 1.5"),
     ("trial_min_wins", 9, "SwitchPolicy.trial_min_wins (9) exceeds trial_pairs (8)"),
     ("verify_skip_factor", float("nan"), "SwitchPolicy.verify_skip_factor must be a number >= 0, got nan"),
     ("live_list_scope", "net", "SwitchPolicy.live_list_scope must be 'problem' or 'layer', got 'net'"),

@@ -232,6 +232,8 @@ class Selector:
         self._nearest_rows: dict[str, list[dict[str, Any]]] = {}  # a nearest problem's rows, as new problems get them
         self._ranked_rows: dict[ConvProblem, list[dict[str, Any]]] = {}  # the last list rank_rows ranked per problem
         self._hardware = hardware_vector(self.target)
+        #: Where it was loaded from (None: made in memory): the runtime reads the model's calibration there.
+        self.directory: Path | None = None
 
     # ------------------------------------------------------------------------------------------ persistence
     def save(
@@ -261,6 +263,7 @@ class Selector:
         except ValueError as exc:  # TimeModelError or SelectorError: a listed file missing, damaged or corrupt
             raise SelectorError(str(exc)) from exc
         selector = cls(artifact.ranker, artifact.manifest, artifact.catalogue, time_model, target=target)
+        selector.directory = Path(directory)
         attach_cached(selector)  # the trees as native code, where `algosel compile` cached them on this machine
         return selector
 

@@ -38,7 +38,10 @@ from algosel.runtime.policy import (
     judge,
     worth_a_closer_look,
 )
+from algosel.runtime.recurrence import Recurrence
 from algosel.runtime.routes import one_matrix_product
+from algosel.runtime.rule import PASS, SWITCH, Costs
+from algosel.runtime.rule import decide as rule_decide
 from algosel.runtime.verify import Verifier
 
 #: :meth:`Decider.before_timing`'s verdicts on a direction: look at the device first, or switch at once.
@@ -51,7 +54,8 @@ class Decider:
     def __init__(self, policy: SwitchPolicy, selector: Any, candidates: CandidateSource, verifier: Verifier,
                  device: DeviceProbe, cache: Callable[[], RuntimeCache | None], native: Callable[[], Any],
                  max_workspace_bytes: int | None = None,
-                 device_bound: Callable[[], bool] = lambda: False):  # fmt: skip
+                 device_bound: Callable[[], bool] = lambda: False, calibration: Any = None,
+                 rule: bool = False, rule_times: bool = True, tuning_budget_s: float | None = None):  # fmt: skip
         self.policy, self.selector, self.candidates, self.verifier = policy, selector, candidates, verifier
         #: Whether the executor's looks found the step GPU-bound (``policy.device_bound_busy_fraction``): measured
         #: and recorded gains are then judged by ``device_bound_min_gain_us``.
@@ -64,6 +68,11 @@ class Decider:
         #: them again would repeat the records' lookup, or the cache's rejudging).
         self._known: dict[ConvProblem, Decision] = {}
         self._claims: dict[int, ProblemClaims | None] = {}  # by id of the cache they are beside
+        #: The rule (:mod:`algosel.runtime.rule`) decides unrecorded problems, with the time model's held-out errors
+        #: (``calibration``); ``rule_times``: it may time candidates (the user's ``verify=False`` forbids it).
+        self.rule, self.rule_times, self.calibration = bool(rule), bool(rule_times), calibration
+        self.tuning_budget_s = tuning_budget_s
+        self.recurrence = Recurrence(policy.expected_run_steps)
 
     @property
     def verify(self) -> int:
@@ -101,9 +110,10 @@ class Decider:
         return self._cache() if device.type == "cuda" or self.device.can_time(device) else None
 
     def _usable(self, hit: Decision | None) -> Decision | None:
-        """A cached decision this executor takes: a verifying executor trusts measurements and records only (a
-        predicted decision is made again)."""
-        return hit if hit is not None and (not self.verify or hit.source in ("records", "measured")) else None
+        """A cached decision this executor takes: a verifying executor (or the rule's) trusts measurements and
+        records only (a predicted decision is made again)."""
+        trusting = self.verify or self.rule
+        return hit if hit is not None and (not trusting or hit.source in ("records", "measured")) else None
 
     def _decided(self, cache: RuntimeCache, problem: ConvProblem, device: torch.device) -> Decision:
         decision = self.decide_uncached(problem, device)
@@ -112,7 +122,8 @@ class Decider:
         return decision
 
     def _would_measure(self, problem: ConvProblem, device: torch.device) -> bool:
-        return bool(self.verify) and self.device.can_time(device) and not self.selector.is_recorded(problem)
+        timing = bool(self.verify) or (self.rule and self.rule_times)
+        return timing and self.device.can_time(device) and not self.selector.is_recorded(problem)
 
     def _claims_beside(self, cache: RuntimeCache) -> ProblemClaims | None:
         """The claims of processes sharing ``cache`` (None for a cache without a folder of its own)."""
@@ -125,6 +136,8 @@ class Decider:
         """:meth:`decide` without the persistent cache."""
         if self.selector.is_recorded(problem):
             return self._recorded(problem)
+        if self.rule and not self.verify:
+            return self.by_rule(problem, device)
         if self.verify and self.device.can_time(device):
             measured = self.verifier.measure(problem, device)
             if measured.why_not:
@@ -142,6 +155,48 @@ class Decider:
         if live and decision.times_ms and worth_a_closer_look(self.policy, decision.times_ms):
             modes = self.policy.predict_live_modes
             decision = self._predicted(problem, self.candidates.ranked(problem, True, k, modes))
+        return decision
+
+    def by_rule(self, problem: ConvProblem, device: torch.device) -> Decision:
+        """An unrecorded problem's decision by the rule: pass through, switch untimed, or time the model's top ``k``
+        and PyTorch's default, whichever is expected to save the most (:func:`algosel.runtime.rule.decide`); a
+        layer's measured verdict at a near size passes a "default fastest" through untimed and limits timing to its
+        switch (:mod:`algosel.runtime.recurrence`)."""
+        recurrence = self.recurrence
+        recurrence.met(problem)
+        if self.calibration is None or not self.verifier.has_times():
+            return Decision(problem.key, "pytorch:default", "model", "no calibrated time model")
+        budget = self.tuning_budget_s
+        can_time = self.rule_times and self.device.can_time(device)
+        can_time = can_time and (budget is None or self.verifier.planning_s < budget)
+        verdict = recurrence.near_verdict(problem) if can_time else None
+        if verdict is not None and verdict.candidate_id == "pytorch:default":
+            return Decision(problem.key, "pytorch:default", "model", "default fastest at a near size of the layer")
+        ranked = self.candidates.ranked(problem, False, self.policy.rule_max_timed + 1)
+        ids = [c.candidate_id for c in ranked.choices if c.candidate_id != "pytorch:default"]
+        if verdict is not None and verdict.candidate_id in ids:
+            ids = [verdict.candidate_id]
+        if not ids:
+            return Decision(problem.key, "pytorch:default", "model", "predicted best")
+        times = self.verifier.predicted(problem, [*ids, "pytorch:default"], ranked)
+        errors = self.calibration.for_problem(problem, self.selector.records_distance(problem))
+        policy = self.policy
+        costs = Costs(policy.plan_build_ms, policy.timing_overhead_ms, policy.timer.max_repeats + 1,
+                      self.overhead_us(problem, ids[0]))  # fmt: skip
+        action = rule_decide(times, ids, errors, recurrence.expected_calls(problem), costs, policy.rule_max_timed,
+                             can_time, min_win_share=policy.untimed_min_win_share)  # fmt: skip
+        if action.kind == PASS:
+            return Decision(problem.key, "pytorch:default", "model", action.reason, times)
+        if action.kind == SWITCH:
+            return Decision(problem.key, action.candidates[0], "predicted", action.reason, times)
+        t0 = self.verifier.clock()
+        measured, host_us = self.verifier.time_candidates(problem, list(action.candidates), device)
+        self.verifier.measured_problems += 1
+        self.verifier.planning_s += self.verifier.clock() - t0
+        # judged as a measurement in a GPU-bound step: probation and the step trial still check that the step gains
+        decision = self._judge(problem, fastest(measured, host_us), measured, measured.get("pytorch:default"),
+                               "measured", policy.min_measured_ratio, host_us, device_bound=True)  # fmt: skip
+        recurrence.remember(problem, decision.candidate_id)
         return decision
 
     def _recorded(self, problem: ConvProblem) -> Decision:

@@ -36,7 +36,7 @@ from algosel.runtime.cache import Decision, RuntimeCache, runtime_environment
 from algosel.runtime.candidates import CandidateSource, ModelCandidates
 from algosel.runtime.decisions import EXEMPT, LOOK, Decider
 from algosel.runtime.device import CudaDevice, DeviceProbe
-from algosel.runtime.fallbacks import NO_MODEL, load_selector
+from algosel.runtime.fallbacks import NO_MODEL, load_selector, model_calibration
 from algosel.runtime.plans import Plan, PlanBook, compiled_plans
 from algosel.runtime.policy import DEFAULT_POLICY, LOOKING, SwitchPolicy
 from algosel.runtime.probation import Looks, Probation
@@ -93,6 +93,16 @@ class Executor:
         Looks at the device, says whether it can time, gives step trials their clock (default: CUDA's).
     clock : callable
         Seconds, for the settling of looks after planning and for the time spent planning.
+    rule : bool
+        Decide the problems the records lack by the rule (:mod:`algosel.runtime.rule`): pass through, switch untimed
+        or time the model's top candidates, whichever is expected to save the most (``verify=k`` times instead).
+    calibration : Calibration, optional
+        The time model's held-out errors the rule weighs predictions by (default: the model directory's
+        ``calibration.json``; without one the rule passes unrecorded problems through).
+    rule_times : bool
+        Whether the rule may time candidates (``hook.enabled(verify=False)``: never).
+    tuning_budget_s : float, optional
+        Most seconds the rule spends timing in the process (None: no limit); past it, it decides untimed.
     """
 
     def __init__(self, selector: Any = None, verify: int = 0, live: bool | None = None,
@@ -101,7 +111,9 @@ class Executor:
                  record: str | os.PathLike | None = None, probe_calls: int | None = None, step_aside: bool = True,
                  look_first: bool = True, policy: SwitchPolicy | None = None, record_measured: Any = None,
                  candidates: CandidateSource | None = None, measurer: Measurer | None = None,
-                 device_probe: DeviceProbe | None = None, clock: Callable[[], float] = time.perf_counter):  # fmt: skip
+                 device_probe: DeviceProbe | None = None, clock: Callable[[], float] = time.perf_counter,
+                 rule: bool = False, calibration: Any = None, rule_times: bool = True,
+                 tuning_budget_s: float | None = None):  # fmt: skip
         # the arguments first, the model after: a mistake is said before any long work
         if record is not None and not isinstance(record, (str, os.PathLike)):
             raise ValueError(f"record must be the path of a layers file, got {record!r}")
@@ -116,6 +128,9 @@ class Executor:
         if min_gain_us is not None:
             policy = dataclasses.replace(policy, min_gain_us=min_gain_us)
         verify = _count("verify", verify, "candidates to time")
+        if tuning_budget_s is not None and not (_number(tuning_budget_s) and tuning_budget_s >= 0):
+            raise ValueError(f"tuning_budget_s must be a number of seconds >= 0, got {tuning_budget_s!r}")
+        selector_arg = selector
         selector, self.unavailable = load_selector(selector)
         self.selector, self.policy = selector, policy
         self.max_workspace_bytes = max_workspace_bytes
@@ -139,9 +154,11 @@ class Executor:
 
             is_records = hasattr(record_measured, "add")
             self.verifier.records = record_measured if is_records else MeasuredRecords(record_measured)
+        if rule and calibration is None and not self.unavailable:
+            calibration = model_calibration(selector_arg)
         self.decider = Decider(policy, selector, self.candidates, self.verifier, self.device_probe,
                                self.runtime_cache, self.native_module, max_workspace_bytes,
-                               self.device_bound)  # fmt: skip
+                               self.device_bound, calibration, rule, rule_times, tuning_budget_s)  # fmt: skip
         self.plans = PlanBook(self.call_stats, self.runtime_cache, self.native_module, self._lock)
         self.routes = RouteBook()
         self.dispatch = Dispatch(self._new_table, self.call_stats.add_table)
@@ -159,10 +176,6 @@ class Executor:
     @property
     def probe_calls(self) -> int:
         return self.policy.probe_calls
-
-    @property
-    def min_gain_us(self) -> float:
-        return self.policy.min_gain_us
 
     @property
     def step_aside(self) -> bool:
@@ -310,6 +323,7 @@ class Executor:
 
     def block_done(self, routes_before: int) -> None:
         self.blocks.done(routes_before)
+        self.decider.recurrence.steps = self.blocks.blocks_ended
 
     def stands_aside(self) -> bool:
         return self.blocks.stands_aside()
@@ -372,29 +386,13 @@ class Executor:
         """This executor's calls per path (see :func:`process_stats`)."""
         return dict(+self.call_stats.snapshot())
 
-
-_shared_lock = threading.Lock()
-
-
-def shared_executor(**config: Any) -> Executor:
-    """The process's executor of this configuration (created once): its decisions, plans and routes outlive every
-    ``enabled()`` block, so a context manager around each training step plans nothing twice."""
-    key = tuple(sorted((k, v if _hashable(v) else id(v)) for k, v in config.items()))
-    ex = STATE.shared.get(key)
-    if ex is None:
-        with _shared_lock:
-            ex = STATE.shared.get(key)
-            if ex is None:
-                ex = STATE.shared[key] = Executor(**config)
-    return ex
+    @property
+    def min_gain_us(self) -> float:
+        return self.policy.min_gain_us
 
 
-def _hashable(v: Any) -> bool:
-    try:
-        hash(v)
-    except TypeError:
-        return False
-    return True
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _count(name: str, value: Any, unit: str) -> int:

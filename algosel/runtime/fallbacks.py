@@ -83,3 +83,27 @@ def load_selector(selector: Any) -> tuple[Any, str]:
         why = f"{where} cannot be used here ({exc}); the hook runs PyTorch's own convolutions"
         warn_once(why)
         return NoModel(why), why
+
+
+def model_calibration(selector: Any) -> Any:
+    """The calibration (:mod:`algosel.learn.calibration`) of the model ``selector`` names (a directory, or None for
+    the default model); None for a selector object without a directory, or a model without one (warned once)."""
+    from algosel.learn.calibration import load_calibration  # noqa: PLC0415
+    from algosel.learn.models import default_model_dir  # noqa: PLC0415
+
+    if selector is not None and not isinstance(selector, (str, os.PathLike)):
+        selector = getattr(selector, "directory", None)  # a loaded Selector: its directory's
+        if selector is None:
+            return None
+    directory = default_model_dir() if selector is None else selector
+    try:
+        from algosel.learn.artifact import read_manifest  # noqa: PLC0415
+
+        calibration = load_calibration(directory, read_manifest(directory))
+    except (ValueError, OSError) as exc:
+        warn_once(f"the model's calibration cannot be read ({exc}); the rule passes unrecorded problems")
+        return None
+    if calibration is None:
+        warn_once(f"{directory} has no calibration.json (`algosel calibrate`); the rule passes unrecorded "
+                  "problems through")  # fmt: skip
+    return calibration

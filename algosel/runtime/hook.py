@@ -26,8 +26,9 @@ import torch
 import torch.nn.functional as F
 
 from algosel.runtime.call import run_conv
-from algosel.runtime.executor import Executor, shared_executor
+from algosel.runtime.executor import Executor
 from algosel.runtime.ops import compiled_conv2d
+from algosel.runtime.shared import shared_executor
 from algosel.runtime.state import (
     STATE,
     current_executor,
@@ -72,7 +73,21 @@ def _executor_for(executor: Executor | None, config: dict[str, Any]) -> Executor
         if config:
             raise ValueError(f"give an executor or its configuration, not both (got {', '.join(sorted(config))})")
         return executor
-    return shared_executor(**config)
+    return shared_executor(**mode_config(config))
+
+
+def mode_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The hook's one default mode: without ``verify``, the rule decides (:mod:`algosel.runtime.rule`: pass through,
+    switch untimed, or time the model's top candidates, whichever is expected to save the most); ``verify=False``
+    (or 0): the rule without timing; ``verify=k``: time the model's top ``k`` on every new problem the records lack."""
+    if "rule" in config:
+        return config
+    verify = config.get("verify")
+    if verify is None:
+        return {**config, "rule": True}
+    if verify is False or (isinstance(verify, int) and not isinstance(verify, bool) and verify == 0):
+        return {**config, "verify": 0, "rule": True, "rule_times": False}
+    return config
 
 
 def enable(executor: Executor | None = None, **config: Any) -> Executor:

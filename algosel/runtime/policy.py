@@ -97,6 +97,22 @@ class SwitchPolicy:
     runtime_compiled_note: str = "runtime_compilation"
     timer: VerifyTimer = field(default_factory=VerifyTimer)
 
+    # -- the rule: expected saving x expected calls - cost (algosel.runtime.rule) ---------------------------------
+    #: Steps a training run is expected to go on for once a layer is met (a prior; the steps seen so far where
+    #: more): what a decision's cost is spread over. Training runs last thousands of steps.
+    expected_run_steps: float = 1000.0
+    #: Building one cuDNN plan (H200: 2-14 ms a build, docs/results/2026-12-04-cold-pass.md).
+    plan_build_ms: float = 10.0
+    #: Timing one candidate besides its runs' device time: warm-up, synchronisation, the timer's fixed part.
+    timing_overhead_ms: float = 1.0
+    #: Most candidates the rule times on one problem (besides PyTorch's default).
+    rule_max_timed: int = 3
+    #: Least share of the calibration's error rows in which an untimed switch saves time: every row, so that only
+    #: a switch no held-out error reverses is made untimed (fully connected mode's GEMM). At 0.95 the replay's
+    #: untimed switches made 5 of 14 networks' steady steps 1-5% slower than the default (float32 pointwise weight
+    #: gradients whose default ran 2-4x faster than predicted; benchmarks/replay.py, docs/hook.md "The rule").
+    untimed_min_win_share: float = 1.0
+
     # -- processes sharing a cache (the ranks of a job) ------------------------------------------------------------
     #: How long a process waits for another's measurement of the same problem before timing it itself (verify mode
     #: times a problem in 0.01-1 s; ConvNeXt-T's slowest first builds took 1.07 s on the H200).
@@ -161,9 +177,10 @@ class SwitchPolicy:
             "min_network_busy_fraction",
             "trial_busy_fraction",
             "device_bound_busy_fraction",
+            "untimed_min_win_share",
         ):
             if getattr(self, name) > 1:
-                raise ValueError(f"SwitchPolicy.{name} is a share of looks in [0, 1], got {getattr(self, name)!r}")
+                raise ValueError(f"SwitchPolicy.{name} is a share in [0, 1], got {getattr(self, name)!r}")
         if self.live_list_scope not in ("problem", "layer"):
             raise ValueError(f"SwitchPolicy.live_list_scope must be 'problem' or 'layer', got {self.live_list_scope!r}")
         if self.trial_min_wins > self.trial_pairs:
