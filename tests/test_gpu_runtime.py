@@ -538,3 +538,32 @@ def test_verify_modes_measurer_takes_the_policys_timer_and_slow_build_bound():
     assert (timer.budget_ms, timer.min_repeats, timer.max_repeats) == (1.0, 3, 5)
     assert (timer.slow_factor, timer.single_factor) == (1.25, 1.25)
     assert sweeper.slow_build_s == 0.2 and sweeper.operand_sets == 1 and sweeper.reference == "first"
+
+
+@pytest.mark.gpu
+def test_the_rule_decides_a_network_the_records_lack_and_keeps_pytorchs_results(tmp_path):
+    """The hook's default mode (the rule) on depthwise and grouped layers no record holds: every direction decided
+    (timed, switched or passed through, never failed), the results PyTorch's within TF32's error, and a layer's
+    near size passed through untimed where its default won."""
+    from algosel.runtime import hook
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(72, 72, 3, padding=1, groups=72), torch.nn.ReLU(),
+        torch.nn.Conv2d(72, 120, 3, padding=1, groups=6), torch.nn.ReLU(),
+        torch.nn.Conv2d(120, 96, 1),
+    ).cuda()  # fmt: skip
+    x = torch.randn(48, 72, 40, 40, device="cuda", requires_grad=True)
+    ref = net(x)
+    ref.square().mean().backward()
+    ref_grad = x.grad.clone()
+    x.grad = None
+    ex = hook.Executor(rule=True, cache=tmp_path, **AT_ONCE)
+    assert ex.decider.calibration is not None  # the shipped model's
+    with hook.enabled(ex):
+        out = net(x)
+        out.square().mean().backward()
+        net(torch.randn(48, 72, 44, 44, device="cuda")).sum().backward()  # a near size of every layer
+    assert relative_error(out, ref) < 1e-2 and relative_error(x.grad, ref_grad) < 1e-2
+    reasons = ex.route_reasons()
+    assert reasons and not any(r.startswith("fallback") for r in reasons), reasons

@@ -190,7 +190,13 @@ class Decider:
         if action.kind == SWITCH:
             return Decision(problem.key, action.candidates[0], "predicted", action.reason, times)
         t0 = self.verifier.clock()
-        measured, host_us = self.verifier.time_candidates(problem, list(action.candidates), device)
+        timed = list(action.candidates)
+        if verdict is None and device.type == "cuda" and self.candidates.live_available():
+            # what is timed comes from cuDNN's own list of the problem where it can be queried (a few ms): the
+            # nearest recorded problem's configs may not build for it
+            live = self.candidates.ranked(problem, True, len(timed) + 1, policy.verify_live_modes)
+            timed = [c.candidate_id for c in live.choices if c.candidate_id != "pytorch:default"][: len(timed)]
+        measured, host_us = self.verifier.time_candidates(problem, timed, device)
         self.verifier.measured_problems += 1
         self.verifier.planning_s += self.verifier.clock() - t0
         # judged as a measurement in a GPU-bound step: probation and the step trial still check that the step gains
