@@ -251,7 +251,7 @@ def test_verify_mode_times_the_live_lists_top_near_the_records_or_far(shipped):
     for distance in (0.0, DEFAULT_POLICY.near_records_distance, FAR):
         # 9 us predicted to be saved: under 20 us / 2, which the filter verify mode had near the records skipped
         ex, source = executor(DefaultTakes(shipped, 50.0, 41.0, distance))
-        assert ex.far_from_records(problem) == (distance == FAR)
+        assert ex.verifier.far_from_records(problem) == (distance == FAR)
         assert ex.shortlist_to_time(problem) == (top, "")
         # the verify + 1 first (PyTorch's default may be among them), of heuristic modes A's and FALLBACK's lists
         assert source.asked == [(problem, 4, ("a", "fallback"))]
@@ -938,7 +938,7 @@ def test_an_executor_that_switches_nothing_steps_aside_after_quiet_blocks(shippe
     while ex.blocks_aside % 50 != 49:
         assert _blocks(ex, x, w, 1) == [False]
     assert _blocks(ex, torch.randn(2, 8, 12, 12), w, 1) == [True]  # the look again meets a new input size
-    assert ex.quiet_blocks == 0 and len(ex.route_list()) == 2 and sum(ex.route_reasons().values()) == 2
+    assert ex.blocks.quiet_blocks == 0 and len(ex.route_list()) == 2 and sum(ex.route_reasons().values()) == 2
     assert _blocks(ex, x, w, 3) == [True, True, False]  # routed until quiet again
 
 

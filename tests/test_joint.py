@@ -192,9 +192,10 @@ def test_the_hook_on_an_h800_uses_the_joint_model_with_one_warning_and_the_step_
     ref = net(x).square().mean()
     from algosel.learn.models import default_model_dir
 
-    # The model named (the default one here): an executor of its own, not the process's default configuration's.
+    # The model named (the default one here): an executor of its own, not the process's default configuration's,
+    # loaded before the first call (the hook's default loads it beside the first steps, warning from there)
     with pytest.warns(JointModelWarning, match="H800 has no model of its own"):
-        with hook.enabled(selector=str(default_model_dir()), step_aside=True) as ex:
+        with hook.enabled(selector=str(default_model_dir()), step_aside=True, background_load=False) as ex:
             loss = net(x).square().mean()
             loss.backward()
     assert torch.equal(loss.detach(), ref.detach())

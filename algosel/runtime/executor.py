@@ -1,18 +1,8 @@
 """The runtime's executor: decides what each convolution it meets runs, builds it once, and runs it on every call.
 
-An executor composes the runtime's parts, each a module of its own, under one :class:`~algosel.runtime.policy.
-SwitchPolicy`:
-
-- :mod:`~algosel.runtime.decisions` decides each problem (a direction of a call) from the records, the persistent
-  cache, a measurement (:mod:`~algosel.runtime.verify`, ``verify=k``) or the model's predicted times;
-- :mod:`~algosel.runtime.plans` builds what a decision runs, once;
-- :mod:`~algosel.runtime.routes` bundles a call signature's plans into a route, memoised by the call's key, and lets
-  the compiled path's dispatch table run it without Python;
-- :mod:`~algosel.runtime.probation` looks at the device before a switch is made (a host-bound step gains nothing
-  from saved device time); :mod:`~algosel.runtime.blocks` steps aside where nothing is switched and runs the step
-  trial that keeps switches only where they make the step faster;
-- :mod:`~algosel.runtime.call` is the per-call hot path; :mod:`~algosel.runtime.state` says which executor routes
-  ``F.conv2d`` now.
+An executor composes the runtime's parts under one :class:`~algosel.runtime.policy.SwitchPolicy`: the decisions
+(:mod:`~algosel.runtime.decisions`: records, cache, the rule, verify mode), the plans, the routes and their compiled
+dispatch, probation and the blocks (stepping aside, the step trial); docs/architecture.md draws them.
 
 Its seams are arguments: the selector (:class:`~algosel.learn.protocol.RuntimeSelector`), the policy, the candidate
 source, the measurer (what times candidates), the device probe and the clock. Tests and benchmarks set them; nothing
@@ -33,10 +23,12 @@ import torch
 from algosel.problem import ConvProblem
 from algosel.runtime.blocks import Blocks
 from algosel.runtime.cache import Decision, RuntimeCache, runtime_environment
-from algosel.runtime.candidates import CandidateSource, ModelCandidates
+from algosel.runtime.candidates import CandidateSource
 from algosel.runtime.decisions import EXEMPT, LOOK, Decider
 from algosel.runtime.device import CudaDevice, DeviceProbe
-from algosel.runtime.fallbacks import NO_MODEL, load_selector, model_calibration
+from algosel.runtime.fallbacks import NO_MODEL
+from algosel.runtime.loading import LOADING, ModelLoading
+from algosel.runtime.parts import ModelParts
 from algosel.runtime.plans import Plan, PlanBook, compiled_plans
 from algosel.runtime.policy import DEFAULT_POLICY, LOOKING, SwitchPolicy
 from algosel.runtime.probation import Looks, Probation
@@ -103,6 +95,9 @@ class Executor:
         Whether the rule may time candidates (``hook.enabled(verify=False)``: never).
     tuning_budget_s : float, optional
         Most seconds the rule spends timing in the process (None: no limit); past it, it decides untimed.
+    background_load : bool
+        Load the model (a directory, or the shipped one) on a thread of its own while the first calls pass through
+        (:mod:`algosel.runtime.loading`; the hook's ``enabled()`` and ``enable()`` do).
     """
 
     def __init__(self, selector: Any = None, verify: int = 0, live: bool | None = None,
@@ -113,7 +108,7 @@ class Executor:
                  candidates: CandidateSource | None = None, measurer: Measurer | None = None,
                  device_probe: DeviceProbe | None = None, clock: Callable[[], float] = time.perf_counter,
                  rule: bool = False, calibration: Any = None, rule_times: bool = True,
-                 tuning_budget_s: float | None = None):  # fmt: skip
+                 tuning_budget_s: float | None = None, background_load: bool = False):  # fmt: skip
         # the arguments first, the model after: a mistake is said before any long work
         if record is not None and not isinstance(record, (str, os.PathLike)):
             raise ValueError(f"record must be the path of a layers file, got {record!r}")
@@ -130,9 +125,14 @@ class Executor:
         verify = _count("verify", verify, "candidates to time")
         if tuning_budget_s is not None and not (_number(tuning_budget_s) and tuning_budget_s >= 0):
             raise ValueError(f"tuning_budget_s must be a number of seconds >= 0, got {tuning_budget_s!r}")
-        selector_arg = selector
-        selector, self.unavailable = load_selector(selector)
-        self.selector, self.policy = selector, policy
+        self.policy = policy
+        #: The model, loaded at once or (``background_load``) beside the first steps (:mod:`algosel.runtime.loading`).
+        self.model = ModelLoading(selector, rule and calibration is None, background_load)
+        self._verify_k = verify
+        self._given = {"candidates": candidates, "live": live, "measurer": measurer, "record_measured": record_measured,
+                       "calibration": calibration, "rule": rule, "rule_times": rule_times,
+                       "tuning_budget_s": tuning_budget_s}  # fmt: skip
+        self._parts: ModelParts | None = None
         self.max_workspace_bytes = max_workspace_bytes
         self.look_first = bool(look_first)
         self.device_probe = device_probe or CudaDevice()
@@ -147,18 +147,6 @@ class Executor:
 
         self.recorder = recorder_for(record) if record else recorder_from_env()
         self.call_stats = CallStats()
-        self.candidates = candidates or ModelCandidates(selector, max_workspace_bytes, live, policy.live_list_scope)
-        self.verifier = Verifier(policy, selector, self.candidates, verify, measurer, clock)
-        if record_measured is not None:
-            from algosel.runtime.measured import MeasuredRecords  # noqa: PLC0415
-
-            is_records = hasattr(record_measured, "add")
-            self.verifier.records = record_measured if is_records else MeasuredRecords(record_measured)
-        if rule and calibration is None and not self.unavailable:
-            calibration = model_calibration(selector_arg)
-        self.decider = Decider(policy, selector, self.candidates, self.verifier, self.device_probe,
-                               self.runtime_cache, self.native_module, max_workspace_bytes,
-                               self.device_bound, calibration, rule, rule_times, tuning_budget_s)  # fmt: skip
         self.plans = PlanBook(self.call_stats, self.runtime_cache, self.native_module, self._lock)
         self.routes = RouteBook()
         self.dispatch = Dispatch(self._new_table, self.call_stats.add_table)
@@ -168,10 +156,40 @@ class Executor:
                              self.recorder is not None, step_aside, self._renew_table)  # fmt: skip
         STATE.executors.add(self)
 
+    # ----------------------------------------------------------------------------------------- the model
+    def _built(self) -> ModelParts:
+        """What decides, made once the model is loaded (waiting for it)."""
+        if self._parts is None:
+            model = self.model.wait()
+            with self._lock:
+                if self._parts is None:
+                    self._parts = ModelParts.make(self, model)
+        return self._parts
+
+    @property
+    def selector(self) -> Any:
+        return self._built().selector
+
+    @property
+    def unavailable(self) -> str:
+        return self._built().unavailable
+
+    @property
+    def candidates(self) -> CandidateSource:
+        return self._built().candidates
+
+    @property
+    def verifier(self) -> Verifier:
+        return self._built().verifier
+
+    @property
+    def decider(self) -> Decider:
+        return self._built().decider
+
     # ----------------------------------------------------------------------------------------- settings
     @property
     def verify(self) -> int:
-        return self.verifier.k
+        return self._verify_k
 
     @property
     def probe_calls(self) -> int:
@@ -240,13 +258,6 @@ class Executor:
         """What verify mode times on a new ``problem`` (:meth:`Verifier.shortlist_to_time`)."""
         return self.verifier.shortlist_to_time(problem, gain_filter, prune, live)
 
-    def rest_of_list_to_time(self, problem: ConvProblem, timed: list[str], default_ms: float | None) -> list[str]:
-        """What verify mode times after a long default (:meth:`Verifier.rest_of_list_to_time`)."""
-        return self.verifier.rest_of_list_to_time(problem, timed, default_ms)
-
-    def far_from_records(self, problem: ConvProblem) -> bool:
-        return self.verifier.far_from_records(problem)
-
     def plan(self, problem: ConvProblem, device: torch.device) -> Plan:
         """``problem``'s plan, decided and built the first time."""
         return self.plans.plan(problem, device, lambda: self.decider.take(problem, device))
@@ -256,10 +267,17 @@ class Executor:
 
     # -------------------------------------------------------------------------------------------- routes
     def route(self, key: tuple, problem: ConvProblem, device: torch.device, grads: tuple[bool, bool]) -> Route:
-        """How calls with signature ``key`` run (:mod:`algosel.runtime.routes`), made on the first call; ``grads``:
-        whether the input and the weight need gradients."""
+        """How calls with signature ``key`` run (:mod:`algosel.runtime.routes`), made on the first call once the
+        model is loaded (before: PyTorch's own, not memoised); ``grads``: whether the input and the weight need
+        gradients."""
         with self._lock:
-            return self.routes.by_key.get(key) or self._make_route(key, problem, device, grads)
+            hit = self.routes.by_key.get(key)
+            if hit is not None:
+                return hit
+            if not self.model.ready():
+                self.call_stats.count(LOADING)
+                return Route("native", problem, (LOADING,))
+            return self._make_route(key, problem, device, grads)
 
     def _make_route(self, key: tuple, problem: ConvProblem, device: torch.device, grads: tuple[bool, bool]) -> Route:
         if self._first_device is None:
@@ -323,10 +341,8 @@ class Executor:
 
     def block_done(self, routes_before: int) -> None:
         self.blocks.done(routes_before)
-        self.decider.recurrence.steps = self.blocks.blocks_ended
-
-    def stands_aside(self) -> bool:
-        return self.blocks.stands_aside()
+        if self._parts is not None:  # (before the model is ready nothing is decided)
+            self._parts.decider.recurrence.steps = self.blocks.blocks_ended
 
     def busy_fractions(self) -> tuple[float, float]:
         return self.blocks.busy_fractions()
@@ -351,10 +367,6 @@ class Executor:
     def looks(self) -> Looks:
         """The looks of all its routes on probation, pooled."""
         return self.probation.looks
-
-    @property
-    def quiet_blocks(self) -> int:
-        return self.blocks.quiet_blocks
 
     @property
     def blocks_aside(self) -> int:

@@ -80,6 +80,8 @@ def mode_config(config: dict[str, Any]) -> dict[str, Any]:
     """The hook's one default mode: without ``verify``, the rule decides (:mod:`algosel.runtime.rule`: pass through,
     switch untimed, or time the model's top candidates, whichever is expected to save the most); ``verify=False``
     (or 0): the rule without timing; ``verify=k``: time the model's top ``k`` on every new problem the records lack."""
+    if "background_load" not in config:  # the model loads beside the first steps (runtime.loading)
+        config = {**config, "background_load": True}
     if "rule" in config:
         return config
     verify = config.get("verify")

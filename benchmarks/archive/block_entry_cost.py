@@ -50,7 +50,7 @@ def run(model: str, blocks: int, repeats: int) -> dict[str, float]:
         for _ in range(10):  # plans the convolution (it passes through), then quiet blocks: it steps aside
             with make_block() as ex:
                 F.conv2d(x, w)
-        if name != "nullcontext" and not ex.stands_aside():
+        if name != "nullcontext" and not ex.blocks.stands_aside():
             raise SystemExit(f"block_entry_cost: the {name!r} executor does not step aside")
     samples: dict[str, list[float]] = {name: [] for name in configs}
     for _ in range(repeats):

@@ -97,7 +97,7 @@ def executors(sel, lists: dict[ConvProblem, list[dict]]) -> dict[str, tuple]:
     before = {"VERIFY_MAX_PREDICTED_RATIO_FAR": 1.0, "VERIFY_WHOLE_LIST_MS": math.inf}
     rules = {
         "nearest list, filter everywhere": (make(Near(sel)), lambda p: filtered, before),
-        "far rule (nearest list near)": (ex, lambda p: {"prune": True} if ex.far_from_records(p) else filtered, before),
+        "far rule (nearest list near)": (ex, lambda p: {"prune": True} if ex.verifier.far_from_records(p) else filtered, before),
         "executor": (ex, lambda p: {}, {}),
         "executor, unpruned": (ex, lambda p: {"prune": False}, {}),
     }
@@ -170,7 +170,7 @@ def score(sel, lists, weights: dict[ConvProblem, int] | None = None) -> list[str
                 times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows}
                 ids, _ = ex.shortlist_to_time(p, **kw(p))
                 # as Executor._measure: the rest of the list after a long default (timed with the default again)
-                rest = ex.rest_of_list_to_time(p, ids, times["pytorch:default"]) if ids else []
+                rest = ex.verifier.rest_of_list_to_time(p, ids, times["pytorch:default"]) if ids else []
                 timed += bool(ids)
                 built += len(ids) + len(rest)
                 total["default"] += w * times["pytorch:default"]
