@@ -79,6 +79,8 @@ def test_without_the_model_the_columns_come_from_the_ids_ranks_unknown(tmp_path,
     frame = records_from_cache(cache.folder)
     assert len(frame) >= 2 and set(frame["rank_a"]) == {-1}
     assert not set(HARDWARE_FIELDS) & set(next(iter(frame.attrs["environments"].values())))
+    _, _, summary = with_cache_records(*slice_records, [frame])
+    assert summary["rows_without_ranks"] == int((frame["space"] == "cudnn").sum())
 
 
 def test_a_folder_that_is_not_a_cache_is_refused_naming_it(tmp_path):
@@ -95,7 +97,8 @@ def test_the_sweep_s_own_problems_keep_the_sweep_s_rows(tmp_path, slice_selector
     cached = joined[joined[FROM_CACHE_COLUMN]]
     assert set(cached["problem_key"]) == {problems[1].key} and set(cached[WEIGHT_COLUMN]) == {0.5}
     assert set(joined.loc[~joined[FROM_CACHE_COLUMN], WEIGHT_COLUMN]) == {1.0}
-    assert summary == {"rows": len(cached), "problems": 1, "problems_measured_by_the_sweep": 1, "weight": 0.5}
+    assert summary == {"rows": len(cached), "rows_without_ranks": 0, "problems": 1,
+                       "problems_measured_by_the_sweep": 1, "weight": 0.5}  # fmt: skip
 
 
 @pytest.mark.parametrize("weight", [0, -1, math.inf, math.nan, "x", True])

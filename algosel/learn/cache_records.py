@@ -47,8 +47,8 @@ def with_cache_records(
     weight: float = 1.0,
 ) -> tuple[pd.DataFrame, dict[str, dict[str, Any]], dict[str, int]]:
     """The sweep's records ``frame`` (environments ``envs``) joined by the runtime cache's ``cache_frames`` (each
-    with ``attrs["environments"]``), as the module docstring says; and what was joined (rows, problems, problems
-    dropped because the sweep measured them)."""
+    with ``attrs["environments"]``), as the module docstring says; and what was joined (rows, engine configs among them
+    without heuristic ranks, problems, problems dropped because the sweep measured them)."""
     weight = check_cache_weight(weight)
     envs = {k: dict(v) for k, v in envs.items()}
     measured = set(zip(frame["problem_key"], frame["env_id"].map(lambda e: gpu_slug(envs[e]))))
@@ -64,8 +64,11 @@ def with_cache_records(
     joined += [c.assign(**{WEIGHT_COLUMN: weight, FROM_CACHE_COLUMN: True}) for c in kept if not c.empty]
     out = pd.concat(joined, ignore_index=True)
     cached = out[out[FROM_CACHE_COLUMN]]
+    unranked = (cached["space"] == "cudnn") & (cached["rank_a"] < 0) & (cached["rank_b"] < 0)
     summary = {
         "rows": int(len(cached)),
+        # engine configs of no candidate list the cache's model had (ranks unknown): off the shortlist, not learnt
+        "rows_without_ranks": int(unranked.sum()),
         "problems": int(cached.groupby(["problem_key", "env_id"]).ngroups) if len(cached) else 0,
         "problems_measured_by_the_sweep": dropped,
         "weight": weight,

@@ -120,9 +120,11 @@ def records_from_cache(folder: str | os.PathLike, selector: Any = None) -> pd.Da
         must prove it one).
     selector : Selector, optional
         The model that made the decisions. Its candidate list of each problem gives the timed candidates' columns
-        (cuDNN's heuristic ranks, which the selector's shortlist and features read) and its environment of this
-        GPU the hardware fields. Without it, a candidate's columns are decoded from its id, its ranks unknown (-1):
-        cuDNN engine configs are then off the shortlist and not learnt from.
+        (cuDNN's heuristic ranks, which the selector's shortlist and features read): cuDNN's live list where this
+        machine can rank it (the GPU and the frontend the cache was filled with, as verify mode's was), else the
+        model's own (its records', the nearest recorded problem's); its environment of this GPU gives the hardware
+        fields. A candidate of no such list (and every candidate without ``selector``) has its columns decoded from
+        its id, its ranks unknown (-1): a cuDNN engine config is then off the shortlist and not learnt from.
 
     Raises
     ------
@@ -171,14 +173,15 @@ def _hardware_of(selector: Any, environment: Mapping[str, Any]) -> dict[str, Any
 
 
 def _listed_rows(selector: Any, problem: ConvProblem) -> dict[str, Any]:
-    """``selector``'s candidates of ``problem`` (its records', the nearest recorded problem's, the offline ones) as
-    :class:`~algosel.spaces.base.Candidate` by id."""
+    """``selector``'s candidates of ``problem`` (cuDNN's live list where it can rank one, else its records', the
+    nearest recorded problem's; and the offline ones) as :class:`~algosel.spaces.base.Candidate` by id."""
+    from algosel.learn.models import live_available  # noqa: PLC0415
     from algosel.spaces.base import Candidate, split_candidate_id  # noqa: PLC0415
 
     if selector is None:
         return {}
     out = {}
-    for row in selector.candidates_for(problem)[0]:
+    for row in selector.candidates_for(problem, live=live_available(selector))[0]:
         space, name = split_candidate_id(row["candidate_id"])
         notes = tuple(n for n in str(row.get("notes") or "").split(",") if n)
         out[row["candidate_id"]] = Candidate(
