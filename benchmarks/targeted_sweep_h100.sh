@@ -18,6 +18,8 @@
 # resuming from it and from data/sweeps/$NAME where committed; a chunk starts no case after BUDGET_S seconds in all
 # (default 480: a chunk and its start fit a 9-minute call), the phases in order, each with what the earlier ones
 # left, and copies $KEEP to $OUT/$NAME (commit its parts as data/sweeps/$NAME/ between sessions).
+# Roughly 30 minutes of one H100 in all (a guess from the float16 grid cases' 3.5 s each, the float32 batch-128 and
+# detector cases counted at 6-8 s; not measured): four chunks or so.
 # DRY_RUN=1 lists each phase's cases left and measures nothing (no GPU needed: the CPU test runs it so); LAYERS sets
 # the folder of the layers files (default data/layers/targeted).
 set -uo pipefail
