@@ -407,8 +407,9 @@ def cmd_train(args) -> int:
     if args.num_leaves is not None:  # a setting of its own (a joint model holds several GPUs' rankings)
         base = dataclasses.replace(base, num_leaves=args.num_leaves)
         grid = {k: v for k, v in grid.items() if k != "num_leaves"}
+    caches = _cache_records(args)
     if args.joint:
-        return _train_joint(args, base)
+        return _train_joint(args, base, caches)
     out, summary = train(
         args.data,
         models_root=args.models,
@@ -420,6 +421,8 @@ def cmd_train(args) -> int:
         force=args.force,
         command="algosel " + shlex.join(args.argv),
         trees=args.trees,
+        cache_records=caches,
+        cache_weight=args.cache_weight,
     )
     best = next(row for row in summary["tuning"] if row.get("chosen", True))
     print(
@@ -434,7 +437,43 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _train_joint(args, base) -> int:
+def _cache_records(args) -> list:
+    """The records of every runtime cache folder of ``--from-cache`` (a cache root: its folders), each read with
+    the model that filled it (found by its records' fingerprint under ``--models`` or among the shipped ones)."""
+    if not args.from_cache:
+        return []
+    from algosel.learn.models import model_by_fingerprint  # noqa: PLC0415
+    from algosel.learn.selector import Selector  # noqa: PLC0415
+    from algosel.runtime.cache import cache_folders, folder_environment  # noqa: PLC0415
+    from algosel.runtime.measured import records_from_cache  # noqa: PLC0415
+
+    folders = []
+    for given in args.from_cache:
+        env, why = folder_environment(given)
+        if env is not None:
+            folders.append((given, env))
+            continue
+        inner = [(f, folder_environment(f)[0]) for f in cache_folders(given)]
+        inner = [(f, e) for f, e in inner if e is not None]
+        if not inner:
+            raise CliError(f"--from-cache {given}: not a runtime cache folder, nor a cache root holding one ({why})")
+        folders += inner
+    frames = []
+    for folder, env in folders:
+        model = model_by_fingerprint(str(env.get("model")), [args.models, None])
+        if model is None:
+            raise CliError(
+                f"--from-cache {folder}: filled with the model of data fingerprint {env.get('model')}, which is "
+                f"neither under --models {args.models} nor shipped (its candidate lists give the timed candidates' "
+                "heuristic ranks): put that model under --models"
+            )
+        frames.append(records_from_cache(folder, Selector.load(model, force=True)))
+    if not any(len(f) for f in frames):
+        raise CliError(f"--from-cache {' '.join(args.from_cache)}: no measured decision (verify mode's) to learn from")
+    return frames
+
+
+def _train_joint(args, base, caches) -> int:
     """``algosel train --joint``: one model over every GPU of the records (algosel.learn.joint), no tuning."""
     from algosel.learn.joint import train_joint  # noqa: PLC0415
 
@@ -442,8 +481,9 @@ def _train_joint(args, base) -> int:
         raise CliError("--joint does not tune (a cross-validation would mix GPUs): give --params-from MODEL")
     command = "algosel " + shlex.join(args.argv)
     out, summary = train_joint(
-        args.data, base, models_root=args.models, name=args.name, force=args.force, command=command
-    )
+        args.data, base, models_root=args.models, name=args.name, force=args.force, command=command,
+        cache_records=caches, cache_weight=args.cache_weight,
+    )  # fmt: skip
     print(f"wrote {out} (joint model of {', '.join(summary['records_per_gpu'])}; {summary['total_seconds']} s)")
     for slug, scores in summary["test_scores_per_gpu"].items():
         for sel, s in scores.items():
@@ -828,6 +868,21 @@ def build_parser() -> argparse.ArgumentParser:
         default="lightgbm",
         help="the prediction path tuning holds to the 1 ms first-prediction budget: 'compiled' where the model's "
         "users run `algosel compile` (a larger setting fits)",
+    )
+    p.add_argument(
+        "--from-cache",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="CACHE_DIR",
+        help="also learn from the runtime cache's measured decisions (verify mode's timings): a cache folder "
+        "(`algosel cache show` lists them) or a cache root; the model is a new directory, never replaced",
+    )
+    p.add_argument(
+        "--cache-weight",
+        type=_positive_float,
+        default=1.0,
+        help="training weight of a cache's row against a sweep's (default 1)",
     )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_train)

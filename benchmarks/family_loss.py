@@ -1,7 +1,7 @@
 """Where a selector loses time on held-out shapes, per shape family and dtype, on the problems a training step runs
 (CPU).
 
-    python benchmarks/family_loss.py [--model models/h200-cudnn91900] [--data DIR ...] [--out F.json]
+    python benchmarks/family_loss.py [--model models/joint-h100-h200-cudnn91900] [--data DIR ...] [--out F.json]
     python benchmarks/family_loss.py --plot F.png --compare BEFORE.json AFTER.json [--compare ...]
 
 On the held-out shapes of ``--data`` (:func:`algosel.learn.evaluate.is_test_shape`), the model picks as ``algosel
@@ -95,7 +95,7 @@ def plot_before_after(pairs: list[tuple[dict, dict]], out: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="models/h200-cudnn91900")
+    parser.add_argument("--model", default="models/joint-h100-h200-cudnn91900")
     parser.add_argument("--data", nargs="+", default=DATA)
     parser.add_argument("--out", default=None, help="also write the tables as JSON")
     parser.add_argument("--plot", default=None, help="draw the --compare pairs into this PNG (no model is run)")

@@ -1,6 +1,6 @@
 """What a selector knows about a GPU it was not trained on, and how many of that GPU's shapes a joint model needs.
 
-    python benchmarks/gpu_transfer.py --known D [D ...] --new D [D ...] --model models/h200-cudnn91900 \
+    python benchmarks/gpu_transfer.py --known D [D ...] --new D [D ...] --model models/joint-h100-h200-cudnn91900 \
         [--fractions 0.1,0.25,0.5] [--seeds 0,1,2] [--threads 2] [--curve-only | --known-only] [--out results/]
 
 ``--known``: records of the GPU(s) a shipped model was trained on (the H200's six datasets); ``--new``: records of
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--known", nargs="+", default=[])
     ap.add_argument("--new", nargs="+", default=[])
-    ap.add_argument("--model", default=str(ROOT / "models" / "h200-cudnn91900"))
+    ap.add_argument("--model", default=str(ROOT / "models" / "joint-h100-h200-cudnn91900"))
     ap.add_argument("--fractions", default="0.1,0.25,0.5")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--threads", type=int, default=2)

@@ -28,7 +28,8 @@ from algosel.records import load_records
 D = [f"data/sweeps/h200{s}" for s in ("", "-nhwc", "-layers", "-zoo-f32", "-zoo-nhwc", "-loss")]
 H = "data/sweeps/h100-80gb-hbm3-cudnn91900"
 T = "data/sweeps/h100-80gb-hbm3-cudnn91900-targeted"
-base = tuned_params("models/h200-cudnn91900", RankerParams(num_threads=2))
+# The shipped joint model's settings with the 127 leaves of the retired H200-only model, which these fits started from.
+base = replace(tuned_params("models/joint-h100-h200-cudnn91900", RankerParams(num_threads=2)), num_leaves=127)
 fk, ek = load_records(*D)
 fn, en = load_records(H, T)
 ft, _ = load_records(T)

@@ -1,6 +1,6 @@
 """The learning curve: held-out score against the number of training shapes (CPU).
 
-    python benchmarks/learning_curve.py [--data DIR ...] [--params-from models/h200-cudnn91900]
+    python benchmarks/learning_curve.py [--data DIR ...] [--params-from models/joint-h100-h200-cudnn91900]
         [--shares 0.125,0.25,0.5,1] [--seeds 0,1,2,3,4] [--threads 2] [--out F.json]
 
 For each share and seed, a random subset of that share of the training shapes (drawn by the seed; share 1 is all of
@@ -27,7 +27,7 @@ DATA = ["data/sweeps/h200", "data/sweeps/h200-nhwc", "data/sweeps/h200-layers", 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", nargs="+", default=DATA)
-    p.add_argument("--params-from", default="models/h200-cudnn91900")
+    p.add_argument("--params-from", default="models/joint-h100-h200-cudnn91900")
     p.add_argument("--shares", default="0.125,0.25,0.5,1")
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--threads", type=int, default=2)

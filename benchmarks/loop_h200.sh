@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the output directory}"
 mkdir -p "$OUT"
 py=${PYTHON:-python3}
-SHIPPED=models/h200-cudnn91900
+SHIPPED=models/joint-h100-h200-cudnn91900
 SWEEP="$OUT/sweeps/h200-mynet"
 # The runtime's persistent cache of decisions and plans (and a compiled extension, if built) under $OUT: nothing is
 # read from an earlier run's cache, and later runs of one model in this script reuse what the first one decided.

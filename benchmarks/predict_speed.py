@@ -1,6 +1,6 @@
 """How fast ``algosel.predict`` answers, on one CPU core.
 
-    python benchmarks/predict_speed.py [--model models/h200-cudnn91900] [--problems 300] [--compile]
+    python benchmarks/predict_speed.py [--model models/joint-h100-h200-cudnn91900] [--problems 300] [--compile]
 
 Both paths where this machine has compiled trees of the model (``algosel compile --model M``, or ``--compile`` here,
 which compiles them into the cache first; :mod:`algosel.learn.compiled`): the trees through LightGBM, then as

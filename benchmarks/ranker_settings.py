@@ -1,6 +1,6 @@
 """Ranker settings side by side, over several seeds: cross-validated and on the held-out shapes (CPU).
 
-    python benchmarks/ranker_settings.py [--data D ...] [--params-from models/h200-cudnn91900]
+    python benchmarks/ranker_settings.py [--data D ...] [--params-from models/joint-h100-h200-cudnn91900]
         [--setting NAME=JSON ...] [--seeds 0,1,2] [--folds 3] [--threads 2] [--out results.json]
 
 A ranker setting whose gain is smaller than the scatter between seeds is not a gain. This fits the ranker with
@@ -141,7 +141,9 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", nargs="+", default=["data/sweeps/h200"])
-    p.add_argument("--params-from", default="models/h200-cudnn91900", help="the model whose hyperparameters to use")
+    p.add_argument(
+        "--params-from", default="models/joint-h100-h200-cudnn91900", help="the model whose hyperparameters to use"
+    )
     p.add_argument("--folds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--setting", action="append", default=[], metavar="NAME=JSON")

@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--h200", nargs="+", default=H200, help="the first GPU's datasets")
     parser.add_argument("--h100", nargs="+", default=[H100], help="the second GPU's datasets, before the targeted")
     parser.add_argument("--extra", nargs="+", default=[EXTRA], help="the targeted records' datasets")
-    parser.add_argument("--params-from", default="models/h200-cudnn91900", help="the model whose settings to fit")
+    parser.add_argument(
+        "--params-from", default="models/joint-h100-h200-cudnn91900", help="the model whose settings to fit"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)

@@ -101,9 +101,10 @@ def slice_model(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _the_h200_model_on_another_gpu(request, monkeypatch):
-    """``ALGOSEL_GPU_TESTS_AS_H200=1``: GPU tests on a GPU without a shipped model of its own (an H100) see the
-    shipped H200 model as this GPU's, as ``force=True`` would load it (its ranks are the H200's; what these tests
-    check is the runtime's routes and results, not the model's ranks). ``.ci/gpu`` sets it on such a GPU."""
+    """``ALGOSEL_GPU_TESTS_AS_H200=1``: GPU tests on a GPU the shipped model was not trained on see the shipped
+    joint model's main GPU (the H200) as this GPU, as ``force=True`` would load it (its ranks are the H200's; what
+    these tests check is the runtime's routes and results, not the model's ranks). ``.ci/gpu`` sets it on such a
+    GPU."""
     if request.node.get_closest_marker("gpu") is None or os.environ.get("ALGOSEL_GPU_TESTS_AS_H200") != "1":
         return
     import json
@@ -111,7 +112,8 @@ def _the_h200_model_on_another_gpu(request, monkeypatch):
     import algosel.learn.models
     import algosel.learn.selector
 
-    manifest = json.loads((algosel.learn.models.SHIPPED_MODELS / "h200-cudnn91900" / "manifest.json").read_text())
+    joint = algosel.learn.models.SHIPPED_MODELS / "joint-h100-h200-cudnn91900"
+    manifest = json.loads((joint / "manifest.json").read_text())
     env = {k: manifest["environment"][k] for k in ("gpu_name", "cudnn")}
     for module in (algosel.learn.models, algosel.learn.selector):
         monkeypatch.setattr(module, "visible_gpu", lambda: dict(env))

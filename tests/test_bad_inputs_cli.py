@@ -53,7 +53,7 @@ from algosel.learn.artifact import MANIFEST_FILE, verify_directory
 from algosel.problem import ConvProblem
 from algosel.records import RecordsError, read_part, write_part
 
-SHIPPED = REPO / "models" / "h200-cudnn91900"
+SHIPPED = REPO / "models" / "joint-h100-h200-cudnn91900"
 LOG = Path(__file__).resolve().parent / "fixtures" / "cudnn_logs" / "pytorch.log.gz"
 #: The first grid shape of ``algosel sweep --suites none --grid 3 --dtypes float32`` (the journal's finished case).
 GRID_ARGS = ["--suites", "none", "--grid", "3", "--dtypes", "float32"]
@@ -110,9 +110,17 @@ def paths(tmp_path_factory, slice_records) -> dict[str, Path]:
 
     import shutil
 
+    from algosel.cli import main
+
     for name in ("model-refused", "model-overwritten"):
         p[name] = root / name
         shutil.copytree(SHIPPED, p[name])
+    # An earlier evaluation into the model's own folder, on records with network suites and leave-one-network-out:
+    # its network_totals.csv is what the evaluation on records without suites must take away.
+    earlier = ["evaluate", "--model", str(p["model-overwritten"]), "--data", str(SLICE), "--out",
+               str(p["model-overwritten"]), "--overwrite", "--no-progress"]  # fmt: skip
+    assert main(earlier) == 0
+    p["earlier-names"] = {q.name for q in p["model-overwritten"].iterdir()}
     p["user-report"] = root / "user-report"
     p["user-report"].mkdir()
     (p["user-report"] / "index.html").write_text("<p>my own page</p>\n")
@@ -240,7 +248,7 @@ def test_a_model_directory_overwritten_is_one_consistent_unit(ran: dict[str, Row
     assert ran["evaluate-overwrite-model-without-suites"].result.returncode == 0
     model = paths["model-overwritten"]
     names = sorted(p.name for p in model.iterdir())
-    assert "network_totals.csv" in {p.name for p in SHIPPED.iterdir()} and "network_totals.csv" not in names
+    assert "network_totals.csv" in paths["earlier-names"] and "network_totals.csv" not in names
     assert {"report.csv", "cells.csv", "top_k.csv", "top_k.png", "report.json"} <= set(names)
     files = json.loads((model / MANIFEST_FILE).read_text())["files"]
     assert sorted(files) == [n for n in names if n != MANIFEST_FILE] and verify_directory(model) == []

@@ -38,7 +38,7 @@ from algosel.learn.selector import Selector
 from algosel.learn.time_model import TIME_MODEL_FILE
 from algosel.runtime.cache import Decision, RuntimeCache, clear_folder, folder_environment
 
-SHIPPED = REPO / "models" / "h200-cudnn91900"
+SHIPPED = REPO / "models" / "joint-h100-h200-cudnn91900"
 LEGACY = REPO / "models" / "h200-cudnn91900-legacy"
 LEGACY_LOG = Path(__file__).resolve().parent / "fixtures" / "cudnn_logs" / "legacy.log.gz"
 LEGACY_SLICE = REPO / "data" / "samples" / "h200-legacy-slice"

@@ -17,7 +17,7 @@ from algosel.learn.features import FEATURE_NAMES
 from algosel.learn.ranker import Ranker, RankerParams
 from algosel.learn.selector import Selector
 
-SHIPPED = REPO / "models" / "h200-cudnn91900"
+SHIPPED = REPO / "models" / "joint-h100-h200-cudnn91900"
 
 
 def _tiny_booster(seed: int = 0) -> lgb.Booster:

@@ -31,8 +31,8 @@ def test_doctor_exits_0_on_a_cpu_machine_and_says_what_it_has(tmp_path: Path) ->
     assert fields["compiled extension"] == "not applicable (CPU build of torch)"
     assert fields["lightgbm"][0].isdigit()
     assert fields["ALGOSEL_RECORD_UNSEEN"] == "unset"
-    assert any(line.strip().startswith("h200-cudnn91900 ") and "NVIDIA H200" in line for line in lines)
-    assert "default cudnn model: h200-cudnn91900" in lines
+    assert any(line.strip().startswith("joint-h100-h200-cudnn91900 ") and "NVIDIA H200" in line for line in lines)
+    assert "default cudnn model: joint-h100-h200-cudnn91900" in lines
     verdict = lines[lines.index("when the hook is enabled:") + 1]
     assert verdict.startswith("  no CUDA GPU:") and "passes through to PyTorch" in verdict
 
@@ -46,7 +46,7 @@ def test_doctor_json_lists_local_models_and_the_record_variable(slice_model, tmp
     facts = json.loads(capsys.readouterr().out)
     assert facts["gpus"] == [] and facts["cudnn"] is None and facts["record_unseen"] == str(tmp_path / "u.csv")
     names = [m["name"] for m in facts["models"]]
-    assert "slice" in names and "h200-cudnn91900" in names
+    assert "slice" in names and "joint-h100-h200-cudnn91900" in names
     assert facts["default_models"]["cudnn"]["error"] is None
 
 
@@ -71,7 +71,7 @@ def _facts(gpus: bool, error: str | None, space: str | None, local: list[str] | 
     facts["cudnn_space"] = space
     facts["default_models"]["cudnn"] = {
         "space": "cudnn",
-        "model": None if error else "/models/h200-cudnn91900",
+        "model": None if error else "/models/joint-h100-h200-cudnn91900",
         "error": error,
         "local_matches": local or [],
     }
@@ -82,11 +82,11 @@ A100 = {"gpu_name": "NVIDIA A100-SXM4-80GB", "cudnn": 91900, "compute_capability
 
 
 def test_verdict_for_a_gpu_with_no_matching_model() -> None:
-    error = "h200-cudnn91900 was trained for another environment: this process has GPU 'NVIDIA A100'"
+    error = "joint-h100-h200-cudnn91900 was trained for another environment: this process has GPU 'NVIDIA A100'"
     facts = _facts(True, error, None)
     facts["here"] = A100
     facts["models"] = [
-        {"name": "h200-cudnn91900", "space": "cudnn", "gpu_name": "NVIDIA H200", "cudnn": 91900,
+        {"name": "joint-h100-h200-cudnn91900", "space": "cudnn", "gpu_name": "NVIDIA H200", "cudnn": 91900,
          "match": "another environment: GPU", "nearness": [2.0, 1.0, 0.3]},
         {"name": "v100-cudnn91900", "space": "cudnn", "gpu_name": "Tesla V100", "cudnn": 91900,
          "match": "another environment: GPU", "nearness": [2.0, 1.0, 0.7]},
@@ -94,7 +94,7 @@ def test_verdict_for_a_gpu_with_no_matching_model() -> None:
     lines = hook_verdict(facts)
     assert lines[0] == f"loading the default model here raises: {error}"
     assert lines[1] == "no model covers this GPU: the hook runs PyTorch's own convolutions (warned once)"
-    assert lines[2].startswith("nearest model: h200-cudnn91900 (NVIDIA H200, cuDNN 91900)")
+    assert lines[2].startswith("nearest model: joint-h100-h200-cudnn91900 (NVIDIA H200, cuDNN 91900)")
     assert lines[3].startswith(
         "make one: `algosel sweep --quick 20 --out data/sweeps/a100-sxm4-80gb-cudnn91900` then `algosel train "
         "data/sweeps/a100-sxm4-80gb-cudnn91900`"
@@ -108,14 +108,16 @@ def test_verdict_for_a_gpu_of_a_joint_models_family() -> None:
     facts["here"] = {"gpu_name": "NVIDIA H800", "cudnn": 91900, "compute_capability": 9.0}
     facts["default_models"]["cudnn"]["coverage"] = "family"
     lines = hook_verdict(facts)
-    assert lines[0].startswith("h200-cudnn91900 is a joint model of this GPU's family, not trained on this GPU")
+    assert lines[0].startswith(
+        "joint-h100-h200-cudnn91900 is a joint model of this GPU's family, not trained on this GPU"
+    )
     assert "`algosel sweep --quick 20 --out data/sweeps/h800-cudnn91900`" in lines[0]
-    assert lines[1].startswith("the hook runs h200-cudnn91900's choice where its gain")
+    assert lines[1].startswith("the hook runs joint-h100-h200-cudnn91900's choice where its gain")
 
 
 def test_verdict_for_a_gpu_with_its_model_with_and_without_the_frontend() -> None:
     with_frontend = hook_verdict(_facts(True, None, None))
-    assert with_frontend[0].startswith("the hook runs h200-cudnn91900's choice where its gain")
+    assert with_frontend[0].startswith("the hook runs joint-h100-h200-cudnn91900's choice where its gain")
     assert "verify=k" in with_frontend[0] and "passes through" in with_frontend[0]
     assert "built on first use" in with_frontend[1]
     assert with_frontend[2].startswith("host path: Python (")

@@ -21,7 +21,7 @@ from algosel.problem import ConvProblem
 from algosel.records import load_records, write_part
 from algosel.study.evaluation import LAYERS_SELECTORS, run_layers_evaluation
 
-SHIPPED = REPO / "models" / "h200-cudnn91900"
+SHIPPED = REPO / "models" / "joint-h100-h200-cudnn91900"
 
 
 def _one_line_error(err: str, command: str) -> str:

@@ -40,7 +40,7 @@ def _run(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_the_wheel_carries_the_shipped_model_and_suites(installed):
     shipped = installed / "algosel" / "shipped"
     for name in ("model.txt", "time_model.txt", "manifest.json", "catalogue.parquet"):
-        assert (shipped / "models" / "h200-cudnn91900" / name).is_file()
+        assert (shipped / "models" / "joint-h100-h200-cudnn91900" / name).is_file()
     assert (shipped / "suites" / "resnet50.csv").is_file()
     # the compiled path's sources, for `algosel build-ext` from an installed package
     assert (installed / "algosel" / "runtime" / "_ext" / "conv_ext.cpp").is_file()

@@ -170,12 +170,12 @@ def test_a_joint_model_ranks_for_the_hardware_it_is_given(joint):
     assert {c.candidate_id for c in ranked} == {c.candidate_id for c in as_main}  # the same list, ranked for each
 
 
-def test_the_default_model_of_an_h100_is_the_shipped_joint_model_and_of_an_h800_too(monkeypatch):
-    """The shipped models: the H200's own, and the joint model of the H100 and H200 (models/joint-...)."""
+def test_the_default_model_of_an_h200_an_h100_and_an_h800_is_the_shipped_joint_model(monkeypatch):
+    """The one shipped model of the Hopper GPUs: the joint model of the H100 and H200 (models/joint-...)."""
     from algosel.learn.models import default_model_dir
 
     _fake_gpu(monkeypatch, "NVIDIA H200", (9, 0))
-    assert default_model_dir().name == "h200-cudnn91900"  # its own model first
+    assert default_model_dir().name == "joint-h100-h200-cudnn91900"  # trained on it
     _fake_gpu(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0))
     assert default_model_dir().name == "joint-h100-h200-cudnn91900"
     _fake_gpu(monkeypatch, "NVIDIA H800", (9, 0))
@@ -261,3 +261,25 @@ def test_algosel_evaluate_scores_a_joint_model_on_records_of_its_second_gpu_with
     assert main(argv) == 0
     assert "NVIDIA H100" not in capsys.readouterr().err  # no refusal, no --force warning
     assert (tmp_path / "ev" / "report.json").is_file()
+
+
+def test_the_retired_h200_model_is_refused_naming_its_successor(tmp_path, capsys):
+    """models/h200-cudnn91900 left the package for the joint model: a path to it says so, in one line."""
+    from algosel.cli import main
+    from algosel.learn.artifact import tuned_params
+
+    retired = SLICE.parents[2] / "models" / "h200-cudnn91900"
+    says = "h200-cudnn91900 was retired in favour of models/joint-h100-h200-cudnn91900"
+    for load in (Selector.load, tuned_params):
+        with pytest.raises(SelectorError, match=says):
+            load(retired)
+    key = "n32_c64_k64_h56_w56_r3_s3_p1x1_u1x1_d1x1_g1_float16_nchw_fwd"
+    for argv in (["predict", "--model", str(retired), "--key", key],
+                 ["train", str(SLICE), "--params-from", str(retired),
+                  "--models", str(tmp_path)]):  # fmt: skip
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1
+    (tmp_path / "h200-cudnn91900").mkdir()  # a folder of that name that is no model: the usual refusal
+    with pytest.raises(SelectorError, match="not a model directory"):
+        Selector.load(tmp_path / "h200-cudnn91900")

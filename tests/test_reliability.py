@@ -41,7 +41,7 @@ from algosel.learn.train import SMALL_DATA_ROWS, training_threads
 from algosel.problem import ConvProblem
 from algosel.records import RecordsError, load_records, read_part, write_part
 
-SHIPPED = REPO / "models" / "h200-cudnn91900"
+SHIPPED = REPO / "models" / "joint-h100-h200-cudnn91900"
 LOGS = Path(__file__).resolve().parent / "fixtures" / "cudnn_logs"
 #: Problems the shipped model's records and the slice hold.
 RECORDED = "n32_c64_k64_h56_w56_r3_s3_p1x1_u1x1_d1x1_g1_float16_nchw_fwd"
@@ -160,9 +160,9 @@ def inputs(tmp_path_factory, slice_model, slice_records) -> dict[str, Path]:
     (root / "existing-file").write_text("keep me\n")
     paths["existing-file"] = root / "existing-file"
 
-    # `algosel train` from a checkout's root: models/ holds the shipped model of the slice's GPU.
+    # `algosel train` from a checkout's root: models/ holds a model of the name the slice's GPU gives (a user's own).
     checkout = root / "checkout"
-    _copy_model(SHIPPED, checkout / "models" / SHIPPED.name)
+    _copy_model(SHIPPED, checkout / "models" / "h200-cudnn91900")
     paths["checkout"] = checkout
     paths["slice-model"] = slice_model[0]
     return paths

@@ -176,7 +176,8 @@ def test_network_totals(comparison) -> None:
 
 def test_records_other_than_the_models_are_flagged(comparison) -> None:
     assert comparison.notes == []  # the slice model was trained on these very records
-    shipped = REPO / "models" / "h200-cudnn91900"  # trained on the full records, of which the slice is a part
+    # trained on the full records, of which the slice is a part
+    shipped = REPO / "models" / "joint-h100-h200-cudnn91900"
     notes = compare(SLICE, shipped, selectors=["model", "heuristic_a"]).notes
     assert any("differ from the model's training records" in n for n in notes)
 
@@ -313,7 +314,7 @@ def test_report_builds_from_the_shipped_records_and_model(tmp_path) -> None:
     from matplotlib.image import imread
 
     sweeps = REPO / "data" / "sweeps"
-    index = build_report(sweeps / "h200", REPO / "models" / "h200-cudnn91900", tmp_path / "main")
+    index = build_report(sweeps / "h200", REPO / "models" / "joint-h100-h200-cudnn91900", tmp_path / "main")
     page = index.read_text()
     assert "1,212 held-out problems" in page
     index = build_report([sweeps / "h200", sweeps / "h200-legacy"], None, tmp_path / "legacy")

@@ -61,7 +61,8 @@ def test_ranker_settings_scores_each_setting_and_seed_both_ways_on_the_same_prob
 
     out = tmp_path / "settings.json"
     data = slice_third(tmp_path / "data")  # 6 fits of the shipped model's settings: 7 s here, 14 s on all the slice
-    leaves = read_manifest(REPO / "models" / "h200-cudnn91900")["params"]["num_leaves"]  # what --params-from sets
+    joint = REPO / "models" / "joint-h100-h200-cudnn91900"
+    leaves = read_manifest(joint)["params"]["num_leaves"]  # what --params-from sets
     cmd = [sys.executable, str(REPO / "benchmarks" / "ranker_settings.py"), "--data", str(data), "--folds", "2",
            "--seeds", "0,1", "--threads", "1", "--setting", 'small={"n_estimators": 3, "num_leaves": 3}',
            "--setting", f'same={{"num_leaves": {leaves}}}', "--out", str(out)]  # fmt: skip

@@ -20,7 +20,8 @@ from algosel.problem import ConvProblem
 from algosel.records import load_records
 from algosel.records.store import write_part
 
-SMALL = ["--leaves", "7", "--trees", "8", "--threads", "1", "--params-from", str(REPO / "models" / "h200-cudnn91900")]
+JOINT = REPO / "models" / "joint-h100-h200-cudnn91900"
+SMALL = ["--leaves", "7", "--trees", "8", "--threads", "1", "--params-from", str(JOINT)]
 
 
 def _script():

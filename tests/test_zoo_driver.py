@@ -18,7 +18,7 @@ def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
     env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "OMP_NUM_THREADS": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
     cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "fpn,mynet", "--jobs", "paired", "--device",
            "cpu", "--rounds", "2", "--slot-steps", "1", "--timeout-s", "400", "--out", str(out),
-           "--model", str(REPO / "models" / "h200-cudnn91900")]  # fmt: skip
+           "--model", str(REPO / "models" / "joint-h100-h200-cudnn91900")]  # fmt: skip
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -26,7 +26,7 @@ def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
         ("fpn", "amp"), ("fpn", "float32"), ("mynet", "amp"), ("mynet", "float32")]  # fmt: skip
     for r in rows:
         assert "error" not in r, r["error"]
-        assert r["job"] == "paired" and r["model"] == str(REPO / "models" / "h200-cudnn91900")
+        assert r["job"] == "paired" and r["model"] == str(REPO / "models" / "joint-h100-h200-cudnn91900")
         assert r["inputs"] == (3 if r["net"] == "fpn" else 1)  # the smoke run's three FPN sizes
         assert r["slot_steps"] == r["inputs"] if r["net"] == "fpn" else r["slot_steps"] == 1
         modes = ("default", "predict", "verify", "native", *(("tuned",) if r["dtype"] == "amp" else ()))

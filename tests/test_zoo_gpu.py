@@ -89,7 +89,7 @@ def test_force_loads_the_shipped_model_for_this_gpu_whatever_it_was_made_for(gpu
     assert zoo.selector_kwargs() == {} and loaded == []  # the hook's own choice of model
     monkeypatch.setattr(zoo, "FORCE", True)
     assert zoo.selector_kwargs() == {"selector": "sel"}
-    assert loaded[0][0].endswith("h200-cudnn91900") and loaded[0][1] is True
+    assert loaded[0][0].endswith("joint-h100-h200-cudnn91900") and loaded[0][1] is True
 
 
 CHILD = """import json, sys

@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from algosel.learn.artifact import SelectorError, new_manifest
-from algosel.learn.evaluate import Prepared, is_test_shape, pick_times, report, selector_table
+from algosel.learn.cache_records import held_out, with_cache_records
+from algosel.learn.evaluate import Prepared, pick_times, report, selector_table
 from algosel.learn.ranker import Ranker, RankerParams, fingerprint
 from algosel.learn.rules import SHORTLIST_RANK
 from algosel.learn.selector import Selector, blocked_engines, build_catalogue
@@ -114,8 +115,12 @@ def train_joint(
     name: str | None = None,
     force: bool = False,
     command: str | None = None,
+    cache_records: Sequence[pd.DataFrame] = (),
+    cache_weight: float = 1.0,
 ) -> tuple[Path, dict[str, Any]]:
     """Fit and save a joint model on ``data`` (records of several GPUs) with ``params``; see the module docstring.
+    ``cache_records`` and ``cache_weight``: runtime caches' records learnt beside them, as
+    :func:`algosel.learn.train.train` says (a new model directory, even with ``force``).
 
     Raises
     ------
@@ -126,6 +131,9 @@ def train_joint(
     """
     t0 = time.perf_counter()
     frame, envs = load_records(*data)
+    from_cache = None
+    if cache_records:
+        frame, envs, from_cache = with_cache_records(frame, envs, list(cache_records), cache_weight)
     frame, environments = joint_environments(frame, envs)
     if len(environments) < 2:
         raise RecordsError(
@@ -134,10 +142,13 @@ def train_joint(
         )
     out = Path(models_root) / (name or "joint-" + "-".join(gpu_slug(e).rsplit("-cudnn", 1)[0] for e in environments)
                                + f"-cudnn{environments[0].get('cudnn')}")  # fmt: skip
-    if out.exists() and not force:
+    if out.exists() and (not force or from_cache is not None):
+        if from_cache is not None:
+            raise SelectorError(f"{out} exists; a model retrained on a runtime cache is a new model directory, never "
+                                "an edit of one: choose another --name or --models")  # fmt: skip
         raise SelectorError(f"{out} exists; pass --force to replace it, or choose another --name or --models")
     prep = Prepared.build(frame, envs)
-    test = is_test_shape(prep.shape)
+    test = held_out(prep)
     if not test.any() or test.all():
         raise RecordsError(f"{', '.join(map(str, data))}: too few shapes to hold some out and train on the rest")
     train_prep, test_prep = prep.rows(~test), prep.rows(test)
@@ -166,6 +177,8 @@ def train_joint(
         "time_model": {"file": TIME_MODEL_FILE, "target": "log2(time_ms)"},
         "command": command,
     }
+    if from_cache is not None:
+        summary["cache_records"] = from_cache
     manifest = new_manifest(params, environments[0], {**summary, "environments": environments})
     lines = [f"# {out.name}", "", "A joint selector (`algosel train --joint`) of " + ", ".join(
         f"{e.get('gpu_name')} ({per_gpu[gpu_slug(e)]:,} records)" for e in environments) + f", cuDNN "

@@ -79,6 +79,21 @@ def default_model_dir(models_root: str | Path | None = None, space: str = "cudnn
     return dirs[0]
 
 
+def model_by_fingerprint(fingerprint: str, roots: list[str | Path | None]) -> Path | None:
+    """The model directory under ``roots`` (``None``: the shipped models) whose records' fingerprint is
+    ``fingerprint`` (a runtime cache's folder names the model that filled it so); ``None`` where none is."""
+    for root in roots:
+        if root is not None and not Path(root).is_dir():
+            continue
+        for d in model_dirs(root):
+            try:
+                if read_manifest(d).get("data_fingerprint") == fingerprint:
+                    return d
+            except SelectorError:  # unreadable: not the one
+                continue
+    return None
+
+
 def load_default(models_root: str | Path | None = None, force: bool = False, space: str = "cudnn") -> Selector:
     """Load :func:`default_model_dir`."""
     return Selector.load(default_model_dir(models_root, space), force=force)

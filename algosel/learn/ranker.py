@@ -128,7 +128,11 @@ class Ranker:
                      weight: np.ndarray | None = None) -> Ranker:  # fmt: skip
         """Fit on the output of :func:`with_ratios` and its feature rows (lets cross-validation reuse ``X``); only
         the rows on the shortlist of ``shortlist_rank`` are learnt from (``None``: all). ``weight``: one per row of
-        ``data`` (a joint model's weight of each GPU's records; LambdaRank scales each row's gradients by it)."""
+        ``data`` (a joint model's weight of each GPU's records; LambdaRank scales each row's gradients by it);
+        without it, ``data``'s ``weight`` column where it has one (records of a runtime cache beside a sweep's:
+        :mod:`algosel.learn.cache_records`)."""
+        if weight is None and "weight" in data:
+            weight = data["weight"].to_numpy(dtype=np.float64)
         keep = shortlist_mask(data, shortlist_rank)
         if not keep.all():
             data, X = data[keep], X[keep]

@@ -23,7 +23,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,8 @@ import numpy as np
 import pandas as pd
 
 from algosel.learn.artifact import SelectorError, new_manifest, space_of
-from algosel.learn.evaluate import TEST_FRACTION, Prepared, is_test_shape, pick_times, report, selector_table
+from algosel.learn.cache_records import check_cache_gpu, held_out, with_cache_records
+from algosel.learn.evaluate import TEST_FRACTION, Prepared, pick_times, report, selector_table
 from algosel.learn.ranker import Ranker, RankerParams, fingerprint
 from algosel.learn.rules import SHORTLIST_RANK
 from algosel.learn.selector import Selector, blocked_engines, build_catalogue
@@ -113,6 +114,8 @@ def train(
     predict_budget_us: float = PREDICT_BUDGET_US,
     command: str | None = None,
     trees: str = "lightgbm",
+    cache_records: Sequence[pd.DataFrame] = (),
+    cache_weight: float = 1.0,
 ) -> tuple[Path, dict[str, Any]]:
     """Train and save a selector; returns its directory and a summary (also written into the manifest).
 
@@ -145,6 +148,12 @@ def train(
         The prediction path the budget is estimated for (:data:`~algosel.learn.speed.LATENCY_LINES`): ``lightgbm``,
         or ``compiled`` where the model's users compile its trees (``algosel compile``), which lets a larger setting
         within the budget. Recorded in the manifest (``first_prediction_trees``).
+    cache_records : sequence of DataFrame
+        Records of runtime caches (:func:`algosel.runtime.measured.records_from_cache`), learnt beside ``data``
+        with ``cache_weight`` each (:mod:`algosel.learn.cache_records`). A model of them is a new directory:
+        an existing one is refused even with ``force``.
+    cache_weight : float
+        The training weight of a cache's row against a sweep's (1).
 
     Raises
     ------
@@ -159,16 +168,25 @@ def train(
     frame, envs = load_records(*data)
     if frame.empty:
         raise RecordsError(f"{', '.join(str(d) for d in data)}: no records (0 rows)")
+    from_cache = None
+    if cache_records:
+        frame, envs, from_cache = with_cache_records(frame, envs, list(cache_records), cache_weight)
     frame, env = main_environment(frame, envs)
+    check_cache_gpu(frame, env, from_cache)
     legacy = space_of(sorted(frame["space"].unique())) == "legacy"
     out = Path(models_root) / (name or gpu_slug(env) + ("-legacy" if legacy else ""))
+    if out.exists() and from_cache is not None:
+        raise SelectorError(
+            f"{out} exists; a model retrained on a runtime cache is a new model directory, never an edit of one: "
+            "choose another --name or --models"
+        )
     if out.exists() and not force:
         raise SelectorError(
             f"{out} exists; train never replaces a model directory it did not create: pass --force (force=True) to "
             "replace it, or choose another --name or --models"
         )
     prep = Prepared.build(frame, envs)
-    test = is_test_shape(prep.shape)
+    test = held_out(prep)
     _check_trainable(prep, test, folds, data)
     train_prep, test_prep = prep.rows(~test), prep.rows(test)
     base = base or RankerParams()
@@ -255,6 +273,8 @@ def train(
         "spaces": spaces,
         "command": command,
     }
+    if from_cache is not None:
+        summary["cache_records"] = from_cache
     manifest = new_manifest(best, env, summary)
     # The reports travel in the same directory write as the model they describe.
     reports = {

@@ -136,6 +136,19 @@ class RuntimeCache:
         self._warned: set[str] = set()
         self._plans_trusted: bool | None = None
 
+    @classmethod
+    def at(cls, folder: str | Path) -> RuntimeCache:
+        """The cache of an existing environment folder wherever it lies (a copy kept elsewhere too), its
+        environment read from its header (:func:`folder_environment`; ValueError naming the folder and why not)."""
+        environment, why = folder_environment(folder)
+        if environment is None:
+            raise ValueError(f"{folder}: not a runtime cache folder ({why})")
+        cache = cls(Path(folder).parent.parent, environment)
+        cache.folder = Path(folder)
+        cache.decisions_path = cache.folder / "decisions.jsonl"
+        cache.plans_folder = cache.folder / "plans"
+        return cache
+
     # ----------------------------------------------------------------------------------------- decisions
     def get(self, problem_key: str) -> Decision | None:
         """The decision recorded for a problem, by this process or any other (new lines are read on a miss)."""

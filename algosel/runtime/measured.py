@@ -10,16 +10,24 @@ Rows go to a journal of this process (``journal-<pid>.jsonl``, appended and flus
 the problem being written) and are moved into a Parquet part (``part-verify-<time>-<pid>.parquet``) when the process
 exits or :meth:`MeasuredRecords.close` is called; a journal left by a process that died is moved the next time one
 is opened on the folder. ``algosel train FOLDER`` reads the parts.
+
+Without that option, verify mode's times still stay in the persistent cache (:mod:`algosel.runtime.cache`):
+:func:`records_from_cache` turns a cache folder's measured decisions into the same rows, which ``algosel train
+--from-cache`` learns from. It lives here rather than in ``records/`` or ``learn/`` because it reads the runtime's
+cache format, which those packages, above the runtime, cannot import.
 """
 
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from algosel.problem import ConvProblem
 
@@ -93,3 +101,120 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+#: ``source`` of the rows of verify mode's measurements (this module's parts and :func:`records_from_cache`'s).
+VERIFY_SOURCE = "verify"
+
+
+def records_from_cache(folder: str | os.PathLike, selector: Any = None) -> pd.DataFrame:
+    """The measured decisions of one runtime cache folder as records (:class:`~algosel.records.schema.Record`
+    rows): one row per timed candidate (the model's shortlist and PyTorch's default) of every problem that verify
+    mode or ``algosel.predict(verify=k)`` timed. Decisions from records or from predicted times are no measurement
+    and are left out. ``frame.attrs["environments"]`` holds the one environment the rows refer to.
+
+    Parameters
+    ----------
+    folder : path
+        An environment folder of the cache (``<root>/runtime/<key>``; :func:`~algosel.runtime.cache.folder_environment`
+        must prove it one).
+    selector : Selector, optional
+        The model that made the decisions. Its candidate list of each problem gives the timed candidates' columns
+        (cuDNN's heuristic ranks, which the selector's shortlist and features read): cuDNN's live list where this
+        machine can rank it (the GPU and the frontend the cache was filled with, as verify mode's was), else the
+        model's own (its records', the nearest recorded problem's); its environment of this GPU gives the hardware
+        fields. A candidate of no such list (and every candidate without ``selector``) has its columns decoded from
+        its id, its ranks unknown (-1): a cuDNN engine config is then off the shortlist and not learnt from.
+
+    Raises
+    ------
+    ValueError
+        ``folder`` is not a runtime cache folder (one line naming it and why).
+    """
+    from algosel.records.environment import env_id  # noqa: PLC0415
+    from algosel.records.schema import COLUMNS, Record  # noqa: PLC0415
+    from algosel.runtime.cache import RuntimeCache  # noqa: PLC0415
+
+    cache = RuntimeCache.at(folder)
+    environment = cache.environment
+    env = {**_hardware_of(selector, environment), **environment, "source": "runtime cache"}
+    env["env_id"] = env_id(env)
+    rows = []
+    for decision in cache.decisions():
+        if decision.source != "measured" or not decision.times_ms:
+            continue  # records' or predicted times: nothing measured here
+        try:
+            problem = ConvProblem.from_key(decision.problem)
+        except (TypeError, ValueError):
+            continue  # a key of another algosel's format
+        listed = _listed_rows(selector, problem)
+        for cid, time_ms in sorted(decision.times_ms.items()):
+            cand = listed.get(cid) or _decoded(cid, problem.direction)
+            if cand is None:
+                continue  # a candidate of a space this algosel lacks
+            outcome = _outcome(time_ms, decision.host_us.get(cid))
+            if outcome is not None:
+                rows.append(Record.of(problem, VERIFY_SOURCE, cand, env["env_id"], **outcome).to_dict())
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    frame.attrs["environments"] = {env["env_id"]: env}
+    return frame
+
+
+def _hardware_of(selector: Any, environment: Mapping[str, Any]) -> dict[str, Any]:
+    """The hardware fields of ``selector``'s environment of the cache's GPU and cuDNN (empty without one)."""
+    from algosel.records.environment import HARDWARE_FIELDS, coverage, model_environments  # noqa: PLC0415
+
+    if selector is None:
+        return {}
+    kind, env = coverage(model_environments(selector.manifest), environment)
+    if kind != "exact" or env is None:
+        return {}
+    return {f: env[f] for f in HARDWARE_FIELDS if f in env}
+
+
+def _listed_rows(selector: Any, problem: ConvProblem) -> dict[str, Any]:
+    """``selector``'s candidates of ``problem`` (cuDNN's live list where it can rank one, else its records', the
+    nearest recorded problem's; and the offline ones) as :class:`~algosel.spaces.base.Candidate` by id."""
+    from algosel.learn.models import live_available  # noqa: PLC0415
+    from algosel.spaces.base import Candidate, split_candidate_id  # noqa: PLC0415
+
+    if selector is None:
+        return {}
+    out = {}
+    for row in selector.candidates_for(problem, live=live_available(selector))[0]:
+        space, name = split_candidate_id(row["candidate_id"])
+        notes = tuple(n for n in str(row.get("notes") or "").split(",") if n)
+        out[row["candidate_id"]] = Candidate(
+            space=space, name=name, engine_id=int(row["engine_id"]), knobs=str(row["knobs"] or ""),
+            notes=notes, rank_a=int(row["rank_a"]), rank_b=int(row["rank_b"]),
+            rank_fallback=int(row["rank_fallback"]),
+        )  # fmt: skip
+    return out
+
+
+def _decoded(candidate_id: str, direction: str) -> Any:
+    """The candidate of an id by its space's codec, ranks unknown; ``None`` for a space not registered."""
+    from algosel.spaces import get_space  # noqa: PLC0415
+    from algosel.spaces.base import split_candidate_id  # noqa: PLC0415
+
+    try:
+        space, name = split_candidate_id(candidate_id)
+        return get_space(space).candidate(name, direction)
+    except (KeyError, ValueError):
+        return None
+
+
+def _outcome(time_ms: Any, host_us: Any) -> dict[str, Any] | None:
+    """A record's outcome columns from a cached time: ``ok`` with that time, ``run_failed`` for ``inf`` (a
+    candidate that failed when timed); ``None`` for a time that says nothing (NaN, not a number, not positive)."""
+    try:
+        t = float(time_ms)
+    except (TypeError, ValueError):
+        return None
+    if math.isinf(t) and t > 0:
+        return {"status": "run_failed", "reason": "failed when verify mode timed it"}
+    if not (t > 0 and math.isfinite(t)):
+        return None
+    host = float(host_us) if isinstance(host_us, (int, float)) and math.isfinite(host_us) else math.nan
+    return {"status": "ok", "time_ms_median": t, "time_ms_p25": t, "time_ms_p75": t, "time_ms_min": t,
+            "repeats": 0, "host_overhead_us": host}  # fmt: skip
