@@ -18,6 +18,7 @@ from pathlib import Path
 
 from algosel.cli_boundary import CliError, run_command  # noqa: F401 - CliError: public here, as before
 from algosel.problem import DTYPES, LAYOUTS
+from algosel.version import __version__
 
 
 class _Parser(argparse.ArgumentParser):
@@ -420,6 +421,7 @@ def cmd_train(args) -> int:
         force=args.force,
         command="algosel " + shlex.join(args.argv),
         trees=args.trees,
+        replace_shipped=args.replace_shipped,
     )
     best = next(row for row in summary["tuning"] if row.get("chosen", True))
     print(
@@ -442,7 +444,13 @@ def _train_joint(args, base) -> int:
         raise CliError("--joint does not tune (a cross-validation would mix GPUs): give --params-from MODEL")
     command = "algosel " + shlex.join(args.argv)
     out, summary = train_joint(
-        args.data, base, models_root=args.models, name=args.name, force=args.force, command=command
+        args.data,
+        base,
+        models_root=args.models,
+        name=args.name,
+        force=args.force,
+        command=command,
+        replace_shipped=args.replace_shipped,
     )
     print(f"wrote {out} (joint model of {', '.join(summary['records_per_gpu'])}; {summary['total_seconds']} s)")
     for slug, scores in summary["test_scores_per_gpu"].items():
@@ -715,8 +723,11 @@ def _pair(text: str) -> list[int]:
 
 # ------------------------------------------------------------------------------------------------ parser
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="algosel", description="Convolution algorithm selection for NVIDIA GPUs.")
+    parser = _Parser(
+        prog="algosel", description=f"Convolution algorithm selection for NVIDIA GPUs (algosel {__version__})."
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument("--version", action="version", version=f"algosel {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("sweep", help="measure every candidate on a grid of shapes and network suites (GPU)")
@@ -802,7 +813,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", type=_integer(2, "an integer >= 2"), default=3, help="cross-validation folds for tuning")
     p.add_argument("--n-estimators", type=_POSITIVE, default=300)
     p.add_argument("--threads", type=_POSITIVE, default=2, help="LightGBM threads (one on small records)")
-    p.add_argument("--force", action="store_true", help="replace an existing model directory of that name")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing model directory of that name (its own files only; a folder holding others is "
+        "refused)",
+    )
+    p.add_argument(
+        "--replace-shipped",
+        action="store_true",
+        help="with --force, replace a model shipped with algosel too (never replaced otherwise)",
+    )
     p.add_argument("--quick", action="store_true", help="skip tuning: LambdaRank with default parameters")
     p.add_argument(
         "--params-from",
@@ -820,7 +841,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--joint",
         action="store_true",
         help="one model over the records of every GPU given (of one cuDNN), with hardware features; needs "
-        "--params-from (docs/selector.md, \"A GPU of your own\")",
+        '--params-from (docs/selector.md, "A GPU of your own")',
     )
     p.add_argument(
         "--trees",

@@ -88,20 +88,23 @@ def write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str | Path, replace: bool = False) -> Iterator[Path]:
+def atomic_directory(path: str | Path, replace: Collection[str] | None = None) -> Iterator[Path]:
     """A temporary directory to fill; renamed to ``path`` as a whole when the block ends without error.
 
-    ``path`` must not exist unless ``replace``: then the old directory is moved aside, the new one renamed into
-    place and the old one deleted, so that no file of the old directory survives beside the new ones.
+    ``path`` must not exist unless ``replace`` names the files it may hold (a model's own files, as its manifest
+    lists them): then a ``path`` holding anything else is refused, the old directory is moved aside, the new one
+    renamed into place, and only the named files of the old one are deleted. A folder is never removed wholesale:
+    a file that appears in the old directory meanwhile stays there (under its hidden temporary name).
 
     Raises
     ------
     FileExistsError
-        When ``path`` exists and ``replace`` is false (checked before and after filling).
+        When ``path`` exists and ``replace`` is None (checked before and after filling).
+    OutputError
+        When ``path`` holds an entry ``replace`` does not name (checked before and after filling).
     """
     path = Path(path)
-    if path.exists() and not replace:
-        raise FileExistsError(f"{path} exists")
+    _check_replaceable(path, replace)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(path)
     tmp.mkdir()
@@ -112,8 +115,7 @@ def atomic_directory(path: str | Path, replace: bool = False) -> Iterator[Path]:
                 _fsync_file(child)
         fsync_directory(tmp)
         if path.exists():
-            if not replace:
-                raise FileExistsError(f"{path} exists")
+            _check_replaceable(path, replace)
             old = _temporary(path)
             os.replace(path, old)
             try:
@@ -121,13 +123,37 @@ def atomic_directory(path: str | Path, replace: bool = False) -> Iterator[Path]:
             except BaseException:
                 os.replace(old, path)  # the old directory back in place: never neither of the two
                 raise
-            shutil.rmtree(old, ignore_errors=True)
+            _remove_named(old, replace or ())
         else:
             os.replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     fsync_directory(path.parent)
+
+
+def _check_replaceable(path: Path, replace: Collection[str] | None) -> None:
+    """Refuse an existing ``path`` unless every entry of it is a plain file named in ``replace``."""
+    if not path.exists() and not path.is_symlink():
+        return
+    if replace is None:
+        raise FileExistsError(f"{path} exists")
+    if not path.is_dir():
+        raise OutputError(f"{path}: exists and is not a directory; not replaced")
+    for entry in sorted(path.iterdir()):
+        if entry.name not in replace or not entry.is_file() or entry.is_symlink():
+            raise OutputError(
+                f"{path}: holds {entry.name!r}, which is not among the files it would replace; nothing was "
+                "changed (move that file away, or choose another name)"
+            )
+
+
+def _remove_named(old: Path, names: Collection[str]) -> None:
+    """Delete the files ``names`` of ``old`` and then ``old`` itself if empty (else it is kept: not ours)."""
+    for name in names:
+        (old / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        old.rmdir()
 
 
 def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:

@@ -311,18 +311,22 @@ def test_shipped_models_are_as_their_manifests_record_them() -> None:
         assert verify_directory(model) == []
 
 
-def test_save_refuses_an_existing_directory_and_replaces_it_whole(slice_model, tmp_path) -> None:
+def test_save_refuses_an_existing_directory_and_replaces_only_a_models_own_files(slice_model, tmp_path) -> None:
     sel = Selector.load(slice_model[0])
     out = tmp_path / "m"
     out.mkdir()
     (out / "report.csv").write_text("an old model's report\n")
     with pytest.raises(SelectorError, match="exists"):
         sel.save(out)
+    with pytest.raises(SelectorError, match="holds no model manifest"):
+        sel.save(out, replace=True)
     assert sorted(p.name for p in out.iterdir()) == ["report.csv"]
-    sel.save(out, replace=True, extra_files={"notes.txt": "new\n"})
+    model = tmp_path / "model"
+    sel.save(model, extra_files={"old.txt": "an old model's own report\n"})
+    sel.save(model, replace=True, extra_files={"notes.txt": "new\n"})
     expected = [MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE, "notes.txt"] + ([TIME_MODEL_FILE] if sel.time_model else [])
-    assert sorted(p.name for p in out.iterdir()) == sorted(expected)
-    assert verify_directory(out) == []
+    assert sorted(p.name for p in model.iterdir()) == sorted(expected)
+    assert verify_directory(model) == []
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary directory left"
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from algosel.learn.artifact import SelectorError, new_manifest
+from algosel.learn.artifact import SelectorError, new_manifest, replaceable_files
 from algosel.learn.evaluate import Prepared, is_test_shape, pick_times, report, selector_table
 from algosel.learn.ranker import Ranker, RankerParams, fingerprint
 from algosel.learn.rules import SHORTLIST_RANK
@@ -114,6 +114,7 @@ def train_joint(
     name: str | None = None,
     force: bool = False,
     command: str | None = None,
+    replace_shipped: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
     """Fit and save a joint model on ``data`` (records of several GPUs) with ``params``; see the module docstring.
 
@@ -122,7 +123,8 @@ def train_joint(
     RecordsError
         Records of one GPU only (train it with ``algosel train``), or no held-out shape.
     SelectorError
-        An existing model directory without ``force``.
+        An existing model directory without ``force``, or one that holds other files than its model's, or a
+        shipped model without ``replace_shipped`` (:func:`~algosel.learn.artifact.replaceable_files`).
     """
     t0 = time.perf_counter()
     frame, envs = load_records(*data)
@@ -136,6 +138,8 @@ def train_joint(
                                + f"-cudnn{environments[0].get('cudnn')}")  # fmt: skip
     if out.exists() and not force:
         raise SelectorError(f"{out} exists; pass --force to replace it, or choose another --name or --models")
+    if out.exists():
+        replaceable_files(out, replace_shipped)
     prep = Prepared.build(frame, envs)
     test = is_test_shape(prep.shape)
     if not test.any() or test.all():
@@ -181,6 +185,6 @@ def train_joint(
     if command:
         lines += ["Made by:", "", "```", command, "```", ""]
     Selector(sel.ranker, manifest, joint_catalogue(frame, environments), sel.time_model).save(
-        out, replace=force, extra_files={"README.md": "\n".join(lines)}
+        out, replace=force, extra_files={"README.md": "\n".join(lines)}, replace_shipped=replace_shipped
     )
     return out, summary

@@ -235,15 +235,26 @@ class Selector:
 
     # ------------------------------------------------------------------------------------------ persistence
     def save(
-        self, directory: str | Path, replace: bool = False, extra_files: Mapping[str, str | bytes] | None = None
+        self,
+        directory: str | Path,
+        replace: bool = False,
+        extra_files: Mapping[str, str | bytes] | None = None,
+        replace_shipped: bool = False,
     ) -> Path:
         """Write the model directory as a whole (:func:`~algosel.learn.artifact.save_artifact`), the time model
-        (where there is one) among its files; an existing ``directory`` is refused unless ``replace``."""
+        (where there is one) among its files; an existing ``directory`` is refused unless ``replace`` (and
+        ``replace_shipped`` for a shipped model), and replaced only where it holds a model's own files alone."""
         files = dict(extra_files or {})
         if self.time_model is not None:
             files[TIME_MODEL_FILE] = self.time_model.model_text()
         return save_artifact(
-            directory, self.ranker, self.manifest, self._saved_catalogue, extra_files=files, replace=replace
+            directory,
+            self.ranker,
+            self.manifest,
+            self._saved_catalogue,
+            extra_files=files,
+            replace=replace,
+            replace_shipped=replace_shipped,
         )
 
     @classmethod

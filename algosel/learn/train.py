@@ -32,7 +32,7 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
-from algosel.learn.artifact import SelectorError, new_manifest, space_of
+from algosel.learn.artifact import SelectorError, new_manifest, replaceable_files, space_of
 from algosel.learn.evaluate import TEST_FRACTION, Prepared, is_test_shape, pick_times, report, selector_table
 from algosel.learn.ranker import Ranker, RankerParams, fingerprint
 from algosel.learn.rules import SHORTLIST_RANK
@@ -110,6 +110,7 @@ def train(
     name: str | None = None,
     force: bool = False,
     time_params: TimeModelParams | None = None,
+    replace_shipped: bool = False,
     predict_budget_us: float = PREDICT_BUDGET_US,
     command: str | None = None,
     trees: str = "lightgbm",
@@ -133,12 +134,15 @@ def train(
     name : str, optional
         Model directory name (default: from the records' GPU and cuDNN).
     force : bool
-        Replace an existing model directory of that name (as a whole) instead of refusing.
+        Replace an existing model directory of that name instead of refusing: its own files (those its manifest
+        lists) alone; a directory holding anything else is refused (:func:`~algosel.learn.artifact.replaceable_files`).
     time_params : TimeModelParams, optional
         The time model's hyperparameters (default: :class:`TimeModelParams` with ``base``'s number of threads).
     predict_budget_us : float
         The slowest first prediction (one core, as :func:`~algosel.learn.speed.estimated_first_prediction_us`
         estimates it) a tuned setting may have to be kept.
+    replace_shipped : bool
+        With ``force``, replace a model shipped with algosel too (never replaced otherwise).
     command : str, optional
         The command line that trains it (``algosel train`` passes its own), written into the manifest and README.
     trees : str
@@ -167,6 +171,8 @@ def train(
             f"{out} exists; train never replaces a model directory it did not create: pass --force (force=True) to "
             "replace it, or choose another --name or --models"
         )
+    if out.exists():
+        replaceable_files(out, replace_shipped)  # before the minutes of tuning, and again when written
     prep = Prepared.build(frame, envs)
     test = is_test_shape(prep.shape)
     _check_trainable(prep, test, folds, data)
@@ -262,7 +268,9 @@ def train(
         "test_report.csv": comp.to_csv(index=False),
         "README.md": _model_readme(out.name, summary, env),
     }
-    Selector(ranker, manifest, catalogue, time_model).save(out, replace=force, extra_files=reports)
+    Selector(ranker, manifest, catalogue, time_model).save(
+        out, replace=force, extra_files=reports, replace_shipped=replace_shipped
+    )
     return out, summary
 
 
