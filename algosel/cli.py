@@ -114,17 +114,20 @@ def _cases_from_args(args):
     layouts = _check_choices("--layouts", _csv_list(args.layouts), LAYOUTS)
     grid_layouts = _check_choices("--grid-layouts", _csv_list(args.grid_layouts or args.layouts), LAYOUTS)
     (mix,) = _check_choices("--grid-mix", [args.grid_mix], tuple(MIXES))
-    grid = (
-        GridSpec(
-            count=args.grid,
-            seed=args.seed,
-            max_flops=args.max_flops,
-            max_operand_bytes=args.max_operand_bytes,
-            mix=mix,
+    try:  # the count is checked before a shape is drawn
+        grid = (
+            GridSpec(
+                count=args.grid,
+                seed=args.seed,
+                max_flops=args.max_flops,
+                max_operand_bytes=args.max_operand_bytes,
+                mix=mix,
+            )
+            if args.grid
+            else None
         )
-        if args.grid
-        else None
-    )
+    except ValueError as exc:
+        raise CliError(f"--grid {args.grid}: {exc}") from None
     # With layers files and no --suites, only the layers (a user's own network, not the 686 suite cases).
     suites = args.suites if args.suites is not None else ("none" if args.layers else "all")
     cases = build_cases(grid, _suite_names(suites), dtypes, layouts, grid_layouts=grid_layouts, layers=args.layers)
@@ -327,6 +330,7 @@ def cmd_grid(args) -> int:
         max_flops=args.max_flops,
         max_operand_bytes=args.max_operand_bytes,
         mix=_check_choices("--mix", [args.mix], tuple(MIXES))[0],
+        max_count=None,  # printed as drawn: no count is too large to start, and `| head` stops it
     )
     for p in iter_grid(spec):  # each shape as it is drawn: a large --count prints at once, and `| head` stops it
         print(p.shape_key)
@@ -602,12 +606,17 @@ def cmd_cache(args) -> int:
             if env is None:
                 print(f"{folder}: not a runtime cache folder ({why})")
                 continue
-            s = RuntimeCache(root, env).summary()
+            cache = RuntimeCache(root, env)
+            with warnings.catch_warnings():  # damaged lines are said on the folder's line, naming the file
+                warnings.simplefilter("ignore", RuntimeWarning)
+                s = cache.summary()
             hook_decisions = s["decisions"] - s["predict_measured"]
+            damaged = f"; {s['damaged_lines']} damaged line(s) of {cache.decisions_path} skipped" if s[
+                "damaged_lines"] else ""  # fmt: skip
             print(f"{s['folder']}: {hook_decisions} decisions of the hook {s['by_source']}, "
                   f"{s['predict_measured']} problems measured by predict(verify=k), {s['plans']} plans "
                   f"({s['plan_bytes']} bytes); {env.get('gpu_name')}, cuDNN {env.get('cudnn')}, "
-                  f"torch {env.get('torch')}, model {env.get('model')}")  # fmt: skip
+                  f"torch {env.get('torch')}, model {env.get('model')}{damaged}")  # fmt: skip
         return 0
     # Only what the cache can prove it wrote goes (runtime.cache.clear_folder): never a folder someone else put there.
     removed, left = 0, []

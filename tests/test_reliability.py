@@ -345,8 +345,8 @@ def test_train_repeatedly_on_tiny_records_with_every_core_busy(inputs, tmp_path)
     """The hang: `algosel train` on tiny records with its default 2 LightGBM threads took 42-60 s and at times
     over 300 s (7 s on one thread) while other processes kept the cores busy, each thread spinning at OpenMP's
     barriers for its partner. Here spinning processes keep every core busy while the command line trains twice in
-    one process (the second time with --force, over a directory holding an old model's report), under a
-    timeout."""
+    one process (the second time with --force, over a directory holding an old model's report its manifest lists),
+    under a timeout."""
     root = tmp_path / "models"
     argv = ["train", str(inputs["tiny"]), "--models", str(root), "--name", "t", "--quick", "--folds", "2",
             "--no-progress"]  # fmt: skip
@@ -354,8 +354,10 @@ def test_train_repeatedly_on_tiny_records_with_every_core_busy(inputs, tmp_path)
         "import pathlib, sys\n"
         "from algosel.cli import main\n"
         f"argv = {argv!r}\n"
+        "from algosel.learn.artifact import record_files\n"
         "first = main(argv)\n"
         f"pathlib.Path({str(root / 't' / 'report.csv')!r}).write_text('an old report')\n"
+        f"record_files({str(root / 't')!r}, ['report.csv'])\n"  # the model's own: its manifest lists it
         "sys.exit(max(first, main(argv + ['--force'])))\n"
     )
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

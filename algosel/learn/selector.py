@@ -320,6 +320,9 @@ class Selector:
         if hit is not None:
             return hit
         all_rows, source = self.candidates_for(problem, live=live)
+        if not all_rows:  # a legacy model asked for a dtype its records lack: no list to rank, said as such
+            why = self.coverage(problem, source) or "its records hold no candidate near it"
+            raise SelectorError(f"no candidate for {problem.key} in this {self.space} model: {why}")
         # The candidate part of the features depends only on the list, which nearby problems share.
         kind = "fc" if problem.is_fully_connected else "pointwise" if problem.is_pointwise else None
         mkey = (source, problem.key if source in ("records", "live") else kind)
