@@ -158,10 +158,22 @@ def _spaces(names: list[str]):
     return [make_space(n) for n in names]
 
 
+def _existing(option: str, path: str, directory: bool = False) -> Path:
+    """``path``, which must exist (a dataset to resume from; with ``directory``, a folder of models); else a one-line
+    error naming the option and the path."""
+    if not Path(path).exists():
+        raise CliError(f"{option} {path}: no such {'directory' if directory else 'file or directory'}")
+    if directory and not Path(path).is_dir():
+        raise CliError(f"{option} {path}: not a directory")
+    return Path(path)
+
+
 def cmd_sweep(args) -> int:
     from algosel.measure.sweep import parse_shard  # noqa: PLC0415
 
     shard = parse_shard(args.shard)
+    for dataset in args.resume_from:  # a mistyped one would measure again every case it holds
+        _existing("--resume-from", dataset)
     cases = _cases_from_args(args)
     if args.dry_run:
         from_layers = sum(1 for c in cases if c.source.startswith("layers:"))
@@ -299,14 +311,22 @@ def _sweep_on_ray(args, cases, shard) -> int:
 def cmd_summarize(args) -> int:
     from algosel.records import load_records  # noqa: PLC0415
     from algosel.records.analysis import summarize  # noqa: PLC0415
+    from algosel.records.environment import gpu_slug  # noqa: PLC0415
 
     frame, envs = load_records(*args.data)
-    for env in envs.values():
-        print(
-            f"environment {env['env_id']}: {env.get('gpu_name')}, cuDNN {env.get('cudnn')}, "
-            f"torch {env.get('torch')}, driver {env.get('driver')}"
-        )
-    print(summarize(frame, worst=args.worst))
+    slugs = {e: gpu_slug(env) for e, env in envs.items()}
+    # A table per GPU x cuDNN: candidates' times are comparable on one only.
+    for slug in sorted(set(slugs.values())):
+        mine = [e for e, s in slugs.items() if s == slug]
+        if len(set(slugs.values())) > 1:
+            print(f"== {slug}")
+        for e in mine:
+            env = envs[e]
+            print(
+                f"environment {env['env_id']}: {env.get('gpu_name')}, cuDNN {env.get('cudnn')}, "
+                f"torch {env.get('torch')}, driver {env.get('driver')}"
+            )
+        print(summarize(frame[frame["env_id"].isin(mine)], worst=args.worst))
     return 0
 
 
@@ -384,6 +404,8 @@ def cmd_layers(args) -> int:
 def cmd_doctor(args) -> int:
     from algosel.runtime.doctor import main_text  # noqa: PLC0415
 
+    for folder in args.models or []:  # a folder asked for and absent would be looked in for nothing, silently
+        _existing("--models", folder, directory=True)
     print(main_text(args.models or ["models"], as_json=args.json))
     return 0
 
@@ -647,7 +669,7 @@ def cmd_analyze_log(args) -> int:
     import pandas as pd  # noqa: PLC0415
 
     from algosel.learn.artifact import SelectorError  # noqa: PLC0415
-    from algosel.learn.models import default_model_dir  # noqa: PLC0415
+    from algosel.learn.models import check_space, default_model_dir  # noqa: PLC0415
     from algosel.learn.selector import Selector  # noqa: PLC0415
     from algosel.records import load_records  # noqa: PLC0415
 
@@ -656,10 +678,14 @@ def cmd_analyze_log(args) -> int:
         try:
             dirs[api] = path or default_model_dir(space=space)
             selectors[api] = Selector.load(dirs[api], force=args.force)
+            option = "--model" if api == "graph" else "--legacy-model"
+            check_space(selectors[api], dirs[api], space, f"{option}'s calls ({api} API)")
         except SelectorError as exc:
+            if path:  # the model asked for: a wrong one is an error, not an empty column
+                raise
             print(f"algosel analyze-log: no {space} selector ({exc}); its column stays empty", file=sys.stderr)
     if args.data is not None:
-        records, envs = load_records(*args.data) if args.data else (pd.DataFrame(), {})
+        records, envs = load_records(*args.data)
         if len(records):  # picks priced on another GPU's records mean nothing: refused as `algosel evaluate` does
             from algosel.learn.models import check_records_environment  # noqa: PLC0415
             from algosel.records.store import main_environment  # noqa: PLC0415
@@ -912,7 +938,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("log", help="the log file (plain or gzipped)")
     p.add_argument(
         "--data",
-        nargs="*",
+        nargs="+",
         default=None,
         help="sweep records to price the calls from (default: the records of the selectors, from their catalogues)",
     )

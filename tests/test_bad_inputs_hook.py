@@ -109,3 +109,25 @@ def test_a_meta_convolution_under_the_hook_is_pytorchs(case: int) -> None:
 def test_enabled_refuses_a_bad_value_before_any_call(config, message) -> None:
     with pytest.raises(ValueError, match=message), hook.enabled(**config):
         pytest.fail("the block ran")
+
+
+def test_a_cache_line_of_other_bytes_than_utf8_is_a_damaged_line_not_an_error(tmp_path) -> None:
+    """The hook's persistent cache read a ``decisions.jsonl`` holding non-UTF-8 bytes with a UnicodeDecodeError: now
+    that line is skipped as damaged (warned once, naming the file) and the sound lines are read."""
+    import json
+
+    from algosel.runtime.cache import Decision, RuntimeCache
+
+    env = {"gpu_name": "NVIDIA H200", "cudnn": 91900}
+    cache = RuntimeCache(tmp_path, env)
+    cache.put(Decision("p1", "gemm:fc", "predicted"))
+    with cache.decisions_path.open("ab") as fh:
+        fh.write(b'{"problem": "\xff\xfe", "candidate_id": "x"}\n')
+    cache.put(Decision("p2", "pytorch:default", "predicted"))
+    reader = RuntimeCache(tmp_path, env)
+    with pytest.warns(
+        RuntimeWarning, match=rf"skipped 1 damaged line\(s\) of the runtime cache {cache.decisions_path}"
+    ):
+        got = sorted(d.problem for d in reader.decisions())
+    assert got == ["p1", "p2"] and reader.summary()["damaged_lines"] == 1
+    assert json.loads(cache.decisions_path.read_bytes().splitlines()[0])["environment"] == env

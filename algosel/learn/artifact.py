@@ -286,7 +286,13 @@ def load_artifact(directory: str | Path) -> Artifact:
     checked here."""
     directory = Path(directory)
     manifest = read_manifest(directory)
-    if manifest["feature_schema_version"] != FEATURE_SCHEMA_VERSION or manifest["feature_names"] != list(FEATURE_NAMES):
+    names = manifest["feature_names"]
+    if manifest["feature_schema_version"] == FEATURE_SCHEMA_VERSION and names != list(FEATURE_NAMES):
+        raise SelectorError(
+            f"{directory / MANIFEST_FILE}: feature_names differ from schema {FEATURE_SCHEMA_VERSION}'s "
+            f"({_first_difference(names)}); restore the model directory or retrain"
+        )
+    if manifest["feature_schema_version"] != FEATURE_SCHEMA_VERSION:
         raise SelectorError(
             f"{directory}: trained on feature schema {manifest['feature_schema_version']}, this algosel builds "
             f"schema {FEATURE_SCHEMA_VERSION}; retrain with `algosel train`"
@@ -305,6 +311,14 @@ def load_artifact(directory: str | Path) -> Artifact:
         raise SelectorError(f"{directory / CATALOGUE_FILE}: unreadable catalogue ({exc})") from exc
     params = RankerParams(**{k: v for k, v in manifest["params"].items() if k in RankerParams.__dataclass_fields__})
     return Artifact(Ranker(params, booster), manifest, catalogue)
+
+
+def _first_difference(names: list[Any]) -> str:
+    """Where a manifest's ``feature_names`` first differ from :data:`FEATURE_NAMES` (an edited manifest)."""
+    for i, (given, built) in enumerate(zip(names, FEATURE_NAMES)):
+        if given != built:
+            return f"feature {i} is {given!r}, the schema's is {built!r}"
+    return f"{len(names)} names, the schema has {len(FEATURE_NAMES)}"
 
 
 def booster_from_bytes(data: bytes, path: str | Path) -> lgb.Booster:

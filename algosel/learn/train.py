@@ -47,7 +47,7 @@ from algosel.learn.speed import (
 from algosel.learn.time_model import TIME_MODEL_FILE, TimeModel, TimeModelParams, calibration
 from algosel.learn.tuning import tune, within_budget
 from algosel.records.environment import gpu_slug
-from algosel.records.store import RecordsError, load_records, main_environment
+from algosel.records.store import RecordsError, load_records, one_environment
 
 #: The tuning grid of ``algosel train``. The regression objective lost to LambdaRank at every tree size in earlier
 #: tunings (docs/selector.md) and is left out; min_child_samples 20 beat 100 in cross-validation (1.0657 against
@@ -163,7 +163,7 @@ def train(
     frame, envs = load_records(*data)
     if frame.empty:
         raise RecordsError(f"{', '.join(str(d) for d in data)}: no records (0 rows)")
-    frame, env = main_environment(frame, envs)
+    frame, env = one_environment(frame, envs, "a selector", " (a model of several GPUs: --joint)")
     legacy = space_of(sorted(frame["space"].unique())) == "legacy"
     out = Path(models_root) / (name or gpu_slug(env) + ("-legacy" if legacy else ""))
     if out.exists() and not force:
