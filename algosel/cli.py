@@ -490,7 +490,8 @@ def _train_joint(args, base) -> int:
 def cmd_evaluate(args) -> int:
     from algosel.study.evaluation_out import check_out  # noqa: PLC0415 - light
 
-    check_out(args.out, args.model, overwrite=args.overwrite)  # before the seconds of importing the evaluation
+    # before the seconds of importing the evaluation
+    check_out(args.out, args.model, overwrite=args.overwrite, replace_shipped=args.replace_shipped)
     from algosel.study.evaluation import run_evaluation  # noqa: PLC0415
 
     if args.compare_model and not args.layers:
@@ -510,6 +511,7 @@ def cmd_evaluate(args) -> int:
         layers=args.layers,
         compare_model=args.compare_model,
         overwrite=args.overwrite,
+        replace_shipped=args.replace_shipped,
     )
     print(text)
     return 0
@@ -900,6 +902,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-lono", action="store_true", help="skip leave-one-network-out (it retrains per network)")
     p.add_argument("--force", action="store_true", help="score a model made for another GPU or cuDNN than the records")
     p.add_argument("--overwrite", action="store_true", help=_OVERWRITE_DIR_HELP)
+    p.add_argument(
+        "--replace-shipped",
+        action="store_true",
+        help="let --out be a shipped model's directory (how its committed report is made; never written otherwise)",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
         "--layers", action="append", default=[], metavar="FILE.csv", help="also judge the model on these layers"

@@ -152,6 +152,20 @@ def _rows(p: dict[str, Path]) -> dict[str, Row]:
         # 7.
         "version": Row(["--version"], status=0, says=(f"algosel {__version__}",)),
     }  # fmt: skip
+    shipped = shipped_path("models", SHIPPED_NAMES[0])
+    rows["report-into-a-shipped-model"] = Row(
+        ["report", "--data", str(SLICE), "--out", str(shipped), "--overwrite"],
+        says=("--out", "shipped with algosel"),
+        unchanged=(shipped,),
+    )
+    rows["evaluate-into-a-shipped-model"] = Row(
+        ["evaluate", "--model", str(shipped), "--data", str(SLICE), "--out", str(shipped), "--overwrite", "--no-lono"],
+        says=("--out", "--replace-shipped"),
+        unchanged=(shipped,),
+    )
+    rows["layers-into-the-shipped-models"] = Row(["layers", "--model", "x.py:f", "--input", "1,3,8,8", "--out",
+                                                  str(shipped.parent / "layers.csv")], says=("shipped with algosel",),
+                                                 unchanged=(shipped.parent,))  # fmt: skip
     for name in SHIPPED_NAMES:  # the default --models of a checkout is the shipped models' folder
         rows[f"train-force-shipped-{name}"] = Row(
             ["train", str(SLICE), "--quick", "--no-progress", "--force", "--name", name],

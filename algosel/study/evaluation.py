@@ -132,6 +132,7 @@ def run_evaluation(
     layers: list[str] | None = None,
     compare_model: str | None = None,
     overwrite: bool = False,
+    replace_shipped: bool = False,
 ) -> str:
     """``algosel evaluate``: the shipped model on its held-out shapes, and leave-one-network-out (skipped, with a
     note, for records that hold no layer of the network suites); with ``layers`` files, also the evaluation on
@@ -144,15 +145,15 @@ def run_evaluation(
     its engine configs and their speeds are specific to both, so its scores there would mean nothing. ``out``
     is checked before the records are read (:func:`check_out`): a directory, or a place where one can be made,
     where a file of the evaluation's names that ``algosel evaluate`` did not write is replaced only with
-    ``overwrite``.
+    ``overwrite``; a shipped model's folder is written into only with ``replace_shipped``.
     """
-    check_out(out, model_dir, overwrite)
+    check_out(out, model_dir, overwrite, replace_shipped=replace_shipped)
     lines, files = _evaluation(model_dir, data, lono, progress, force, layers or [])
     if layers:
         more, layer_files = _layers_evaluation(model_dir, data, layers, compare_model)
         lines += more
         files |= layer_files
-    written = write_evaluation(out, model_dir, files, overwrite)
+    written = write_evaluation(out, model_dir, files, overwrite, replace_shipped=replace_shipped)
     lines += ["", "wrote " + ", ".join(str(p) for p in written)]
     return "\n".join(lines)
 
