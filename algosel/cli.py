@@ -690,9 +690,9 @@ def cmd_analyze_log(args) -> int:
         records, envs = load_records(*args.data)
         if len(records):  # picks priced on another GPU's records mean nothing: refused as `algosel evaluate` does
             from algosel.learn.models import check_records_environment  # noqa: PLC0415
-            from algosel.records.store import main_environment  # noqa: PLC0415
+            from algosel.records.store import one_environment  # noqa: PLC0415
 
-            records_env = main_environment(records, envs)[1]
+            records_env = one_environment(records, envs, "a log's pricing")[1]
             for api, space, path in (("graph", "cudnn", args.model), ("legacy", "legacy", args.legacy_model)):
                 if api not in selectors:
                     continue

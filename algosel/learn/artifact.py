@@ -162,6 +162,10 @@ def replaceable_files(directory: str | Path, replace_shipped: bool = False) -> f
 def read_manifest(directory: str | Path) -> dict[str, Any]:
     """The manifest of a model directory, checked for the fields every model has."""
     directory = Path(directory)
+    if not directory.is_dir():
+        raise SelectorError(
+            f"{directory}: not a model directory ({'a file' if directory.exists() else 'no such directory'})"
+        )
     for name in (MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE):
         if not (directory / name).is_file():
             raise SelectorError(f"{directory}: not a model directory (missing {name})")
