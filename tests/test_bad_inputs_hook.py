@@ -131,3 +131,21 @@ def test_a_cache_line_of_other_bytes_than_utf8_is_a_damaged_line_not_an_error(tm
         got = sorted(d.problem for d in reader.decisions())
     assert got == ["p1", "p2"] and reader.summary()["damaged_lines"] == 1
     assert json.loads(cache.decisions_path.read_bytes().splitlines()[0])["environment"] == env
+
+
+def test_a_compiled_cpu_convolution_under_the_hook_is_pytorchs_bit_for_bit() -> None:
+    """Under ``torch.compile`` the hook's custom op is what a conv traces to: on the CPU it traces PyTorch's own call
+    (its backward was routed to a GEMM lowering before)."""
+    (x_shape, w_shape), kwargs = SHAPES[0], CONV_ARGS[0]
+    inputs = _inputs(x_shape, w_shape, "cpu")
+    ref_y, ref_grads = _forward_backward(inputs, kwargs)
+
+    def conv(x, w, b):
+        return F.conv2d(x, w, b, **kwargs)
+
+    compiled = torch.compile(conv, backend="aot_eager")  # no C++ compiler needed
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    with hook.enabled():
+        y = compiled(*leaves)
+        y.backward(torch.ones_like(y))
+    assert torch.equal(y.detach(), ref_y) and all(torch.equal(t.grad, g) for t, g in zip(leaves, ref_grads))
