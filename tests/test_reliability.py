@@ -444,7 +444,7 @@ def test_predict_takes_numpy_integers() -> None:
 def test_answers_outside_the_models_records_say_so(fields, reason) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExtrapolationWarning)
-        choices = algosel.predict(ConvProblem.from_key(RECORDED), **fields, top_k=3, live=False)
+        choices = algosel.predict(ConvProblem.from_key(RECORDED).replace(**fields), top_k=3, live=False)
     assert choices and all(c.extrapolated and reason in c.extrapolation for c in choices)
 
 
@@ -458,10 +458,10 @@ def test_one_extrapolation_warning_per_kind_and_process(monkeypatch) -> None:
     sel = load_default()  # the shipped model, without the answers an earlier test got (memoised, warned no more)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        assert algosel.predict(p, n=10**6, live=False, model=sel)[0].extrapolated
-        assert algosel.predict(p, c=10**5, live=False, model=sel)[0].extrapolated
-        assert algosel.predict(p, n=10**7, live=False, model=sel)[0].extrapolated
-        near = algosel.predict(p, n=48, live=False, model=sel)  # not recorded, but within the records' sizes
+        assert algosel.predict(p.replace(n=10**6), live=False, model=sel)[0].extrapolated
+        assert algosel.predict(p.replace(c=10**5), live=False, model=sel)[0].extrapolated
+        assert algosel.predict(p.replace(n=10**7), live=False, model=sel)[0].extrapolated
+        near = algosel.predict(p.replace(n=48), live=False, model=sel)  # not recorded, but within the records' sizes
     assert near[0].source.startswith("nearest:") and not near[0].extrapolated
     caught = [str(w.message) for w in seen if issubclass(w.category, ExtrapolationWarning)]
     assert len(caught) == 2, caught
