@@ -47,7 +47,9 @@ from algosel.learn.speed import (
 from algosel.learn.time_model import TIME_MODEL_FILE, TimeModel, TimeModelParams, calibration
 from algosel.learn.tuning import tune, within_budget
 from algosel.records.environment import gpu_slug
-from algosel.records.store import RecordsError, load_records, one_environment
+
+# main_environment: imported from here by the notebooks
+from algosel.records.store import RecordsError, load_records, main_environment, one_environment  # noqa: F401
 
 #: The tuning grid of ``algosel train``. The regression objective lost to LambdaRank at every tree size in earlier
 #: tunings (docs/selector.md) and is left out; min_child_samples 20 beat 100 in cross-validation (1.0657 against
