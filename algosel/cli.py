@@ -18,6 +18,7 @@ from pathlib import Path
 
 from algosel.cli_boundary import CliError, run_command  # noqa: F401 - CliError: public here, as before
 from algosel.problem import DTYPES, LAYOUTS
+from algosel.version import __version__
 
 
 class _Parser(argparse.ArgumentParser):
@@ -113,17 +114,20 @@ def _cases_from_args(args):
     layouts = _check_choices("--layouts", _csv_list(args.layouts), LAYOUTS)
     grid_layouts = _check_choices("--grid-layouts", _csv_list(args.grid_layouts or args.layouts), LAYOUTS)
     (mix,) = _check_choices("--grid-mix", [args.grid_mix], tuple(MIXES))
-    grid = (
-        GridSpec(
-            count=args.grid,
-            seed=args.seed,
-            max_flops=args.max_flops,
-            max_operand_bytes=args.max_operand_bytes,
-            mix=mix,
+    try:  # the count is checked before a shape is drawn
+        grid = (
+            GridSpec(
+                count=args.grid,
+                seed=args.seed,
+                max_flops=args.max_flops,
+                max_operand_bytes=args.max_operand_bytes,
+                mix=mix,
+            )
+            if args.grid
+            else None
         )
-        if args.grid
-        else None
-    )
+    except ValueError as exc:
+        raise CliError(f"--grid {args.grid}: {exc}") from None
     # With layers files and no --suites, only the layers (a user's own network, not the 686 suite cases).
     suites = args.suites if args.suites is not None else ("none" if args.layers else "all")
     cases = build_cases(grid, _suite_names(suites), dtypes, layouts, grid_layouts=grid_layouts, layers=args.layers)
@@ -154,10 +158,22 @@ def _spaces(names: list[str]):
     return [make_space(n) for n in names]
 
 
+def _existing(option: str, path: str, directory: bool = False) -> Path:
+    """``path``, which must exist (a dataset to resume from; with ``directory``, a folder of models); else a one-line
+    error naming the option and the path."""
+    if not Path(path).exists():
+        raise CliError(f"{option} {path}: no such {'directory' if directory else 'file or directory'}")
+    if directory and not Path(path).is_dir():
+        raise CliError(f"{option} {path}: not a directory")
+    return Path(path)
+
+
 def cmd_sweep(args) -> int:
     from algosel.measure.sweep import parse_shard  # noqa: PLC0415
 
     shard = parse_shard(args.shard)
+    for dataset in args.resume_from:  # a mistyped one would measure again every case it holds
+        _existing("--resume-from", dataset)
     cases = _cases_from_args(args)
     if args.dry_run:
         from_layers = sum(1 for c in cases if c.source.startswith("layers:"))
@@ -295,14 +311,22 @@ def _sweep_on_ray(args, cases, shard) -> int:
 def cmd_summarize(args) -> int:
     from algosel.records import load_records  # noqa: PLC0415
     from algosel.records.analysis import summarize  # noqa: PLC0415
+    from algosel.records.environment import gpu_slug  # noqa: PLC0415
 
     frame, envs = load_records(*args.data)
-    for env in envs.values():
-        print(
-            f"environment {env['env_id']}: {env.get('gpu_name')}, cuDNN {env.get('cudnn')}, "
-            f"torch {env.get('torch')}, driver {env.get('driver')}"
-        )
-    print(summarize(frame, worst=args.worst))
+    slugs = {e: gpu_slug(env) for e, env in envs.items()}
+    # A table per GPU x cuDNN: candidates' times are comparable on one only.
+    for slug in sorted(set(slugs.values())):
+        mine = [e for e, s in slugs.items() if s == slug]
+        if len(set(slugs.values())) > 1:
+            print(f"== {slug}")
+        for e in mine:
+            env = envs[e]
+            print(
+                f"environment {env['env_id']}: {env.get('gpu_name')}, cuDNN {env.get('cudnn')}, "
+                f"torch {env.get('torch')}, driver {env.get('driver')}"
+            )
+        print(summarize(frame[frame["env_id"].isin(mine)], worst=args.worst))
     return 0
 
 
@@ -326,6 +350,7 @@ def cmd_grid(args) -> int:
         max_flops=args.max_flops,
         max_operand_bytes=args.max_operand_bytes,
         mix=_check_choices("--mix", [args.mix], tuple(MIXES))[0],
+        max_count=None,  # printed as drawn: no count is too large to start, and `| head` stops it
     )
     for p in iter_grid(spec):  # each shape as it is drawn: a large --count prints at once, and `| head` stops it
         print(p.shape_key)
@@ -379,6 +404,8 @@ def cmd_layers(args) -> int:
 def cmd_doctor(args) -> int:
     from algosel.runtime.doctor import main_text  # noqa: PLC0415
 
+    for folder in args.models or []:  # a folder asked for and absent would be looked in for nothing, silently
+        _existing("--models", folder, directory=True)
     print(main_text(args.models or ["models"], as_json=args.json))
     return 0
 
@@ -423,6 +450,7 @@ def cmd_train(args) -> int:
         trees=args.trees,
         cache_records=caches,
         cache_weight=args.cache_weight,
+        replace_shipped=args.replace_shipped,
     )
     best = next(row for row in summary["tuning"] if row.get("chosen", True))
     print(
@@ -482,7 +510,7 @@ def _train_joint(args, base, caches) -> int:
     command = "algosel " + shlex.join(args.argv)
     out, summary = train_joint(
         args.data, base, models_root=args.models, name=args.name, force=args.force, command=command,
-        cache_records=caches, cache_weight=args.cache_weight,
+        cache_records=caches, cache_weight=args.cache_weight, replace_shipped=args.replace_shipped,
     )  # fmt: skip
     print(f"wrote {out} (joint model of {', '.join(summary['records_per_gpu'])}; {summary['total_seconds']} s)")
     for slug, scores in summary["test_scores_per_gpu"].items():
@@ -496,7 +524,8 @@ def _train_joint(args, base, caches) -> int:
 def cmd_evaluate(args) -> int:
     from algosel.study.evaluation_out import check_out  # noqa: PLC0415 - light
 
-    check_out(args.out, args.model, overwrite=args.overwrite)  # before the seconds of importing the evaluation
+    # before the seconds of importing the evaluation
+    check_out(args.out, args.model, overwrite=args.overwrite, replace_shipped=args.replace_shipped)
     from algosel.study.evaluation import run_evaluation  # noqa: PLC0415
 
     if args.compare_model and not args.layers:
@@ -516,6 +545,7 @@ def cmd_evaluate(args) -> int:
         layers=args.layers,
         compare_model=args.compare_model,
         overwrite=args.overwrite,
+        replace_shipped=args.replace_shipped,
     )
     print(text)
     return 0
@@ -634,12 +664,17 @@ def cmd_cache(args) -> int:
             if env is None:
                 print(f"{folder}: not a runtime cache folder ({why})")
                 continue
-            s = RuntimeCache(root, env).summary()
+            cache = RuntimeCache(root, env)
+            with warnings.catch_warnings():  # damaged lines are said on the folder's line, naming the file
+                warnings.simplefilter("ignore", RuntimeWarning)
+                s = cache.summary()
             hook_decisions = s["decisions"] - s["predict_measured"]
+            damaged = f"; {s['damaged_lines']} damaged line(s) of {cache.decisions_path} skipped" if s[
+                "damaged_lines"] else ""  # fmt: skip
             print(f"{s['folder']}: {hook_decisions} decisions of the hook {s['by_source']}, "
                   f"{s['predict_measured']} problems measured by predict(verify=k), {s['plans']} plans "
                   f"({s['plan_bytes']} bytes); {env.get('gpu_name')}, cuDNN {env.get('cudnn')}, "
-                  f"torch {env.get('torch')}, model {env.get('model')}")  # fmt: skip
+                  f"torch {env.get('torch')}, model {env.get('model')}{damaged}")  # fmt: skip
         return 0
     # Only what the cache can prove it wrote goes (runtime.cache.clear_folder): never a folder someone else put there.
     removed, left = 0, []
@@ -670,7 +705,7 @@ def cmd_analyze_log(args) -> int:
     import pandas as pd  # noqa: PLC0415
 
     from algosel.learn.artifact import SelectorError  # noqa: PLC0415
-    from algosel.learn.models import default_model_dir  # noqa: PLC0415
+    from algosel.learn.models import check_space, default_model_dir  # noqa: PLC0415
     from algosel.learn.selector import Selector  # noqa: PLC0415
     from algosel.records import load_records  # noqa: PLC0415
 
@@ -679,15 +714,19 @@ def cmd_analyze_log(args) -> int:
         try:
             dirs[api] = path or default_model_dir(space=space)
             selectors[api] = Selector.load(dirs[api], force=args.force)
+            option = "--model" if api == "graph" else "--legacy-model"
+            check_space(selectors[api], dirs[api], space, f"{option}'s calls ({api} API)")
         except SelectorError as exc:
+            if path:  # the model asked for: a wrong one is an error, not an empty column
+                raise
             print(f"algosel analyze-log: no {space} selector ({exc}); its column stays empty", file=sys.stderr)
     if args.data is not None:
-        records, envs = load_records(*args.data) if args.data else (pd.DataFrame(), {})
+        records, envs = load_records(*args.data)
         if len(records):  # picks priced on another GPU's records mean nothing: refused as `algosel evaluate` does
             from algosel.learn.models import check_records_environment  # noqa: PLC0415
-            from algosel.records.store import main_environment  # noqa: PLC0415
+            from algosel.records.store import one_environment  # noqa: PLC0415
 
-            records_env = main_environment(records, envs)[1]
+            records_env = one_environment(records, envs, "a log's pricing")[1]
             for api, space, path in (("graph", "cudnn", args.model), ("legacy", "legacy", args.legacy_model)):
                 if api not in selectors:
                     continue
@@ -755,8 +794,11 @@ def _pair(text: str) -> list[int]:
 
 # ------------------------------------------------------------------------------------------------ parser
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="algosel", description="Convolution algorithm selection for NVIDIA GPUs.")
+    parser = _Parser(
+        prog="algosel", description=f"Convolution algorithm selection for NVIDIA GPUs (algosel {__version__})."
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument("--version", action="version", version=f"algosel {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("sweep", help="measure every candidate on a grid of shapes and network suites (GPU)")
@@ -842,7 +884,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", type=_integer(2, "an integer >= 2"), default=3, help="cross-validation folds for tuning")
     p.add_argument("--n-estimators", type=_POSITIVE, default=300)
     p.add_argument("--threads", type=_POSITIVE, default=2, help="LightGBM threads (one on small records)")
-    p.add_argument("--force", action="store_true", help="replace an existing model directory of that name")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing model directory of that name (its own files only; a folder holding others is "
+        "refused)",
+    )
+    p.add_argument(
+        "--replace-shipped",
+        action="store_true",
+        help="with --force, replace a model shipped with algosel too (never replaced otherwise)",
+    )
     p.add_argument("--quick", action="store_true", help="skip tuning: LambdaRank with default parameters")
     p.add_argument(
         "--params-from",
@@ -860,7 +912,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--joint",
         action="store_true",
         help="one model over the records of every GPU given (of one cuDNN), with hardware features; needs "
-        "--params-from (docs/selector.md, \"A GPU of your own\")",
+        '--params-from (docs/selector.md, "A GPU of your own")',
     )
     p.add_argument(
         "--trees",
@@ -899,6 +951,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-lono", action="store_true", help="skip leave-one-network-out (it retrains per network)")
     p.add_argument("--force", action="store_true", help="score a model made for another GPU or cuDNN than the records")
     p.add_argument("--overwrite", action="store_true", help=_OVERWRITE_DIR_HELP)
+    p.add_argument(
+        "--replace-shipped",
+        action="store_true",
+        help="let --out be a shipped model's directory (how its committed report is made; never written otherwise)",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
         "--layers", action="append", default=[], metavar="FILE.csv", help="also judge the model on these layers"
@@ -937,7 +994,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("log", help="the log file (plain or gzipped)")
     p.add_argument(
         "--data",
-        nargs="*",
+        nargs="+",
         default=None,
         help="sweep records to price the calls from (default: the records of the selectors, from their catalogues)",
     )

@@ -26,6 +26,8 @@ import uuid
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 
+from algosel.resources import shipped_path
+
 
 def _temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
@@ -88,20 +90,23 @@ def write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str | Path, replace: bool = False) -> Iterator[Path]:
+def atomic_directory(path: str | Path, replace: Collection[str] | None = None) -> Iterator[Path]:
     """A temporary directory to fill; renamed to ``path`` as a whole when the block ends without error.
 
-    ``path`` must not exist unless ``replace``: then the old directory is moved aside, the new one renamed into
-    place and the old one deleted, so that no file of the old directory survives beside the new ones.
+    ``path`` must not exist unless ``replace`` names the files it may hold (a model's own files, as its manifest
+    lists them): then a ``path`` holding anything else is refused, the old directory is moved aside, the new one
+    renamed into place, and only the named files of the old one are deleted. A folder is never removed wholesale:
+    a file that appears in the old directory meanwhile stays there (under its hidden temporary name).
 
     Raises
     ------
     FileExistsError
-        When ``path`` exists and ``replace`` is false (checked before and after filling).
+        When ``path`` exists and ``replace`` is None (checked before and after filling).
+    OutputError
+        When ``path`` holds an entry ``replace`` does not name (checked before and after filling).
     """
     path = Path(path)
-    if path.exists() and not replace:
-        raise FileExistsError(f"{path} exists")
+    _check_replaceable(path, replace)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(path)
     tmp.mkdir()
@@ -112,8 +117,7 @@ def atomic_directory(path: str | Path, replace: bool = False) -> Iterator[Path]:
                 _fsync_file(child)
         fsync_directory(tmp)
         if path.exists():
-            if not replace:
-                raise FileExistsError(f"{path} exists")
+            _check_replaceable(path, replace)
             old = _temporary(path)
             os.replace(path, old)
             try:
@@ -121,13 +125,37 @@ def atomic_directory(path: str | Path, replace: bool = False) -> Iterator[Path]:
             except BaseException:
                 os.replace(old, path)  # the old directory back in place: never neither of the two
                 raise
-            shutil.rmtree(old, ignore_errors=True)
+            _remove_named(old, replace or ())
         else:
             os.replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     fsync_directory(path.parent)
+
+
+def _check_replaceable(path: Path, replace: Collection[str] | None) -> None:
+    """Refuse an existing ``path`` unless every entry of it is a plain file named in ``replace``."""
+    if not path.exists() and not path.is_symlink():
+        return
+    if replace is None:
+        raise FileExistsError(f"{path} exists")
+    if not path.is_dir():
+        raise OutputError(f"{path}: exists and is not a directory; not replaced")
+    for entry in sorted(path.iterdir()):
+        if entry.name not in replace or not entry.is_file() or entry.is_symlink():
+            raise OutputError(
+                f"{path}: holds {entry.name!r}, which is not among the files it would replace; nothing was "
+                "changed (move that file away, or choose another name)"
+            )
+
+
+def _remove_named(old: Path, names: Collection[str]) -> None:
+    """Delete the files ``names`` of ``old`` and then ``old`` itself if empty (else it is kept: not ours)."""
+    for name in names:
+        (old / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        old.rmdir()
 
 
 def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
@@ -183,6 +211,24 @@ def check_writable(path: str | Path, option: str, shown: str | Path | None = Non
         raise OutputError(f"{option} {shown}: cannot create files in {ancestor} ({exc.strerror or exc})") from None
 
 
+def check_not_shipped(path: str | Path, option: str, replace_shipped: bool = False) -> None:
+    """Refuse an output inside the models and suites shipped with algosel (``models/`` of a checkout links there)
+    unless ``replace_shipped``: no command writes into them unless a flag names them.
+
+    Raises
+    ------
+    OutputError
+        One line naming ``option``, the path and the shipped folder.
+    """
+    shipped = shipped_path().resolve()
+    resolved = Path(path).resolve()
+    if not replace_shipped and (resolved == shipped or shipped in resolved.parents):
+        raise OutputError(
+            f"{option} {path}: inside the models and suites shipped with algosel ({shipped}), which a command "
+            f"writes into only where a flag names them (evaluate: --replace-shipped); choose another {option}"
+        )
+
+
 def check_output_file(path: str | Path, overwrite: bool = False, option: str = "--out") -> Path:
     """Refuse, before any work, to write the file ``path``: a directory or something else than a plain file there, a
     place that takes no file, or an existing file unless ``overwrite`` (a command cannot tell a file it wrote
@@ -194,6 +240,7 @@ def check_output_file(path: str | Path, overwrite: bool = False, option: str = "
         One line naming ``option``, the path and why.
     """
     path = Path(path)
+    check_not_shipped(path, option)
     if path.is_dir():
         raise OutputError(f"{option} {path}: is a directory; give a file name")
     if path.exists() or path.is_symlink():
@@ -231,12 +278,17 @@ def _not_written_by(directory: Path, command: str, names: Collection[str]) -> li
 
 
 def check_output_dir(
-    directory: str | Path, command: str, names: Collection[str], overwrite: bool = False, option: str = "--out"
+    directory: str | Path,
+    command: str,
+    names: Collection[str],
+    overwrite: bool = False,
+    option: str = "--out",
+    replace_shipped: bool = False,
 ) -> Path:
     """Refuse, before any work, to write the files ``names`` of ``command`` into ``directory``: something other
     than a directory there, a place that takes no file, a directory of that name among ``names``, or, unless
-    ``overwrite``, a file of one of ``names`` that ``command`` did not write there (see :func:`write_output_dir`).
-    Returns ``directory``.
+    ``overwrite``, a file of one of ``names`` that ``command`` did not write there (see :func:`write_output_dir`);
+    a folder of the shipped models unless ``replace_shipped`` (:func:`check_not_shipped`). Returns ``directory``.
 
     Raises
     ------
@@ -244,6 +296,7 @@ def check_output_dir(
         One line naming ``option``, the path and the way out.
     """
     directory = Path(directory)
+    check_not_shipped(directory, option, replace_shipped)
     if directory.exists() and not directory.is_dir():
         raise OutputError(f"{option} {directory}: exists and is not a directory")
     check_writable(directory, option)
@@ -295,6 +348,7 @@ def write_output_dir(
     overwrite: bool = False,
     option: str = "--out",
     record: bool = True,
+    replace_shipped: bool = False,
 ) -> list[Path]:
     """Write the output files of ``command`` into ``directory`` as one unit; returns their paths.
 
@@ -310,6 +364,8 @@ def write_output_dir(
     other files of the folder are never touched. ``record=False`` keeps no record (a model directory, whose
     manifest lists every file): there every existing file of ``names`` takes ``overwrite``.
 
+    ``replace_shipped``: as :func:`check_output_dir`.
+
     Raises
     ------
     OutputError
@@ -319,7 +375,7 @@ def write_output_dir(
     extra = set(files) - set(names)
     if extra:
         raise ValueError(f"write_output_dir: {sorted(extra)[0]!r} is not among the names given")
-    check_output_dir(directory, command, names, overwrite=overwrite, option=option)
+    check_output_dir(directory, command, names, overwrite=overwrite, option=option, replace_shipped=replace_shipped)
     hashes = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
 
     def record_bytes(outputs: dict[str, dict[str, str]]) -> bytes:

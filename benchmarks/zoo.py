@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import math
@@ -223,13 +224,24 @@ def _selector(cls, path: str, force: bool = False):
 
 
 def selector_kwargs() -> dict:
-    """The hook's ``selector=`` for ``--model`` and ``--force`` (none: the shipped model for this GPU)."""
+    """The hook's ``selector=`` for ``--model`` and ``--force`` (none: the shipped model for this GPU); in the smoke
+    run, also the device seam that routes the CPU's calls as a GPU's (the hook routes CUDA tensors alone, so the
+    smoke run on the CPU would otherwise exercise none of its paths)."""
+    seam = {"device_probe": _cpu_as_cuda()} if SMOKE else {}
     if not MODEL and not FORCE:
-        return {}
+        return seam
     from algosel.learn.models import default_model_dir
     from algosel.learn.selector import Selector
 
-    return {"selector": _selector(Selector, MODEL or str(default_model_dir()), force=FORCE)}
+    return {**seam, "selector": _selector(Selector, MODEL or str(default_model_dir()), force=FORCE)}
+
+
+@functools.cache
+def _cpu_as_cuda():
+    """One seam per process: executors of one configuration are shared only where their seams are the same."""
+    from algosel.runtime.standins import CpuAsCuda
+
+    return CpuAsCuda()
 
 
 def _run_steps(step, ctx, count: int, first: int = 0) -> None:

@@ -483,7 +483,7 @@ def test_one_extrapolation_warning_per_kind() -> None:
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             for fields in ({"dtype": "float32_strict"}, {"n": 10**6}, {"dtype": "float32_strict", "k": 128}):
-                assert algosel.predict(p, **fields, live=False)[0].extrapolated
+                assert algosel.predict(p.replace(**fields), live=False)[0].extrapolated
     finally:
         selector_module._extrapolation_warned = saved
     caught = [str(w.message) for w in seen if issubclass(w.category, ExtrapolationWarning)]

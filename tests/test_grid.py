@@ -53,8 +53,14 @@ def test_default_budgets_hold_on_the_default_grid(grid400: list[ConvProblem]) ->
 
 
 def test_impossible_budgets_raise_instead_of_looping_forever() -> None:
-    with pytest.raises(RuntimeError, match="could not draw 5 shapes"):
+    with pytest.raises(ValueError, match=r"could not draw 5 distinct grid shapes within max_flops=1 .*0 found"):
         sample_grid(GridSpec(count=5, max_flops=1, max_operand_bytes=1))
+
+
+def test_a_count_beyond_the_bound_is_refused_before_any_draw() -> None:
+    with pytest.raises(ValueError, match=r"^grid count 100001: must be 0 to 100,000 shapes"):
+        GridSpec(count=100_001)
+    assert GridSpec(count=10**8, max_count=None).count == 10**8  # algosel grid: printed as drawn
 
 
 def test_grid_covers_the_documented_axes(grid400: list[ConvProblem]) -> None:

@@ -17,6 +17,7 @@ from algosel.runtime import hook
 from algosel.runtime.plans import Plan, compiled_plans
 from algosel.runtime.policy import DEFAULT_POLICY, fastest, host_extra_us, pruned_shortlist, worth_a_closer_look
 from algosel.runtime.standins import (
+    CpuAsCuda,
     DefaultTakes,
     FakeDevice,
     LiveList,
@@ -26,6 +27,16 @@ from algosel.runtime.standins import (
     WithoutTimeModel,
 )
 from algosel.spaces.base import PreparedCandidate
+
+
+def _executor(**config) -> hook.Executor:
+    """An executor that routes the CPU's calls as a GPU's (``CpuAsCuda``, unless a test gives its own device seam):
+    the hook routes CUDA tensors alone, so its routing is tested on the CPU through this stand-in."""
+    return hook.Executor(**{"device_probe": CPU_AS_CUDA, **config})
+
+
+#: One seam for every executor, so that ``enabled()`` blocks of one configuration share their executor.
+CPU_AS_CUDA = CpuAsCuda()
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +57,7 @@ def Predicting(sel: Selector, gemm_ratio: float = 0.2, default_ms: float = 1.0) 
 def executor(shipped):
     """The shipped H200 model, offline (no GPU here), with a time predictor that makes GEMM lowering pay."""
     hook.reset_stats()
-    return hook.Executor(selector=Predicting(shipped), live=False)
+    return _executor(selector=Predicting(shipped), live=False)
 
 
 REF = hook.original_conv2d  # PyTorch's own conv2d, whatever the switches say
@@ -80,7 +91,7 @@ def test_an_unrecorded_problem_without_a_gain_estimate_passes_through(shipped):
     """A network the model knows nothing about runs at PyTorch's speed: no records, no measurement, no predicted
     times, no switch."""
     hook.reset_stats()
-    ex = hook.Executor(selector=WithoutTimeModel(shipped), live=False)
+    ex = _executor(selector=WithoutTimeModel(shipped), live=False)
     x, w = torch.randn(64, 256, 6, 6), torch.randn(512, 256, 6, 6)
     with hook.enabled(ex):
         torch.testing.assert_close(F.conv2d(x, w), REF(x, w))
@@ -89,7 +100,7 @@ def test_an_unrecorded_problem_without_a_gain_estimate_passes_through(shipped):
 
 def test_a_predicted_gain_too_small_to_pay_passes_through(shipped):
     hook.reset_stats()
-    ex = hook.Executor(selector=Predicting(shipped, gemm_ratio=0.95), live=False)  # 5% faster: under the margin
+    ex = _executor(selector=Predicting(shipped, gemm_ratio=0.95), live=False)  # 5% faster: under the margin
     x, w = torch.randn(64, 256, 6, 6), torch.randn(512, 256, 6, 6)
     with hook.enabled(ex):
         F.conv2d(x, w)
@@ -115,7 +126,7 @@ def test_far_from_the_records_a_predicted_switch_needs_the_larger_margin(shipped
     for problem, ratio, expected in ((near, 0.5, "gemm"), (far, 0.5, "pytorch:gain below the threshold"),
                                      (far, 0.2, "gemm")):  # fmt: skip
         hook.reset_stats()
-        ex = hook.Executor(selector=UnrecordedPredicting(shipped, gemm_ratio=ratio), live=False)
+        ex = _executor(selector=UnrecordedPredicting(shipped, gemm_ratio=ratio), live=False)
         x, w = torch.randn(problem.n, problem.c, 3, 3), torch.randn(problem.k, problem.c, 3, 3)
         with hook.enabled(ex):
             torch.testing.assert_close(F.conv2d(x, w), REF(x, w), atol=1e-3, rtol=1e-3)
@@ -136,8 +147,8 @@ class _Raising:
 def _verifying(selector, **kw):
     """A verify-mode executor that can time on the CPU with ``measurer`` (default: one that raises)."""
     kw.setdefault("measurer", _Raising())
-    return hook.Executor(selector=selector, live=kw.pop("live", False), verify=3, cache=False,
-                         device_probe=FakeDevice(can_time=True), **kw)  # fmt: skip
+    return _executor(selector=selector, live=kw.pop("live", False), verify=3, cache=False,
+                     device_probe=FakeDevice(can_time=True), **kw)  # fmt: skip
 
 
 def _timed(ex, problem):
@@ -195,7 +206,7 @@ def test_prediction_mode_queries_cudnns_live_list_only_where_a_gain_is_predicted
         return [c for c in shipped.choose(p, top_k=200) if c.candidate_id != "pytorch:default"][-k:]
 
     source = LiveList(selector, live_choices)
-    ex = hook.Executor(selector=selector, candidates=source, cache=False)
+    ex = _executor(selector=selector, candidates=source, cache=False)
     decision = ex.decide(problem, torch.device("cuda"))  # a device object: nothing here runs on a GPU
     top_k = DEFAULT_POLICY.predict_top_k
     assert source.asked == ([(problem, top_k, DEFAULT_POLICY.predict_live_modes)] if queried else [])
@@ -209,7 +220,7 @@ def test_prediction_mode_queries_cudnns_live_list_only_where_a_gain_is_predicted
 def test_without_a_time_model_prediction_mode_queries_no_live_list(shipped):
     selector = WithoutTimeModel(shipped)
     source = LiveList(selector, lambda p, k, modes=None: pytest.fail("queried cuDNN's live list"))
-    ex = hook.Executor(selector=selector, candidates=source, cache=False)
+    ex = _executor(selector=selector, candidates=source, cache=False)
     decision = ex.decide(ConvProblem(n=3, c=5, k=7, h=9, w=9, r=3, s=3), torch.device("cuda"))
     assert decision.passes_through and not source.asked
 
@@ -223,10 +234,10 @@ def test_verify_mode_times_only_candidates_predicted_within_the_ratio_of_the_def
     assert pruned_shortlist(["a", "b"], {"a": 2.0, "b": 3.0, "pytorch:default": 1.0}, ratio) == ["a"]
     assert pruned_shortlist(["a", "b"], {"a": 2.0}, ratio) == ["a", "b"]  # no time for the default: all
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
-    slower = hook.Executor(selector=DefaultTakes(shipped, 200.0, 250.0), live=False, verify=3, cache=False)
+    slower = _executor(selector=DefaultTakes(shipped, 200.0, 250.0), live=False, verify=3, cache=False)
     ids, why = slower.shortlist_to_time(problem)  # a long default is looked at, but nothing is predicted faster
     assert why == "" and len(ids) == 1 and len(slower.shortlist_to_time(problem, prune=False)[0]) == 3
-    faster = hook.Executor(selector=DefaultTakes(shipped, 200.0, 150.0), live=False, verify=3, cache=False)
+    faster = _executor(selector=DefaultTakes(shipped, 200.0, 150.0), live=False, verify=3, cache=False)
     assert len(faster.shortlist_to_time(problem)[0]) == 3
 
 
@@ -244,7 +255,7 @@ def test_verify_mode_times_the_live_lists_top_near_the_records_or_far(shipped):
 
     def executor(selector):
         source = LiveList(selector, live_choices)
-        return hook.Executor(selector=selector, candidates=source, verify=3, cache=False), source
+        return _executor(selector=selector, candidates=source, verify=3, cache=False), source
 
     top = [c.candidate_id for c in live_choices(problem, 4)][:3]
     nearest = [c.candidate_id for c in shipped.choose(problem, top_k=5) if c.candidate_id != "pytorch:default"][:3]
@@ -271,7 +282,7 @@ def test_verify_mode_times_the_live_lists_top_near_the_records_or_far(shipped):
 def test_far_from_the_records_a_default_too_short_to_pay_is_still_not_timed(shipped):
     selector = DefaultTakes(shipped, 5.0, 0.0, FAR)
     source = LiveList(selector, lambda p, k, modes=None: pytest.fail("queried cuDNN's live list"))
-    ex = hook.Executor(selector=selector, candidates=source, verify=3, cache=False)
+    ex = _executor(selector=selector, candidates=source, verify=3, cache=False)
     ids, why = ex.shortlist_to_time(ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1))
     assert (ids, why) == ([], "predicted shorter than the least gain")
 
@@ -279,7 +290,7 @@ def test_far_from_the_records_a_default_too_short_to_pay_is_still_not_timed(ship
 def test_far_from_the_records_without_cudnns_lists_the_nearest_list_is_timed(shipped):
     """On a machine where cuDNN's live list cannot be queried, a far problem's shortlist is the nearest list's."""
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
-    ex = hook.Executor(selector=DefaultTakes(shipped, 50.0, 41.0, FAR), live=False, verify=3, cache=False)
+    ex = _executor(selector=DefaultTakes(shipped, 50.0, 41.0, FAR), live=False, verify=3, cache=False)
     nearest = [c.candidate_id for c in shipped.choose(problem, top_k=5) if c.candidate_id != "pytorch:default"][:3]
     assert ex.shortlist_to_time(problem) == (nearest, "")
 
@@ -464,7 +475,7 @@ class _PrefersBroken(UnrecordedPredicting):
 
 def test_a_failing_candidate_falls_back_and_is_counted(shipped, broken_space):
     hook.reset_stats()
-    ex = hook.Executor(selector=_PrefersBroken(shipped), live=False, cache=False)
+    ex = _executor(selector=_PrefersBroken(shipped), live=False, cache=False)
     p = ConvProblem(n=2, c=16, k=8, h=3, w=3, r=3, s=3, dtype="float32")
     x, w = torch.randn(p.x_shape), torch.randn(p.w_shape)
     with hook.enabled(ex):
@@ -498,10 +509,10 @@ def test_enabled_blocks_share_one_executor_per_configuration(shipped, monkeypatc
     x, w = torch.randn(2, 8, 11, 9), torch.randn(12, 8, 3, 3)
     seen = []
     for _ in range(3):
-        with hook.enabled(selector=shipped, live=False) as ex:
+        with hook.enabled(selector=shipped, device_probe=CPU_AS_CUDA, live=False) as ex:
             F.conv2d(x, w)
             seen.append(ex)
-    with hook.enabled(selector=shipped, live=False, verify=2) as other:
+    with hook.enabled(selector=shipped, device_probe=CPU_AS_CUDA, live=False, verify=2) as other:
         F.conv2d(x, w)
     assert seen == [ex] * 3 and other is not ex and len(ex.route_list()) == 1
     with pytest.raises(ValueError, match="not both"):
@@ -588,7 +599,7 @@ def test_an_executor_met_under_torch_compile_routes_every_block(shipped):
     """A compiled graph guards on F.conv2d: an executor whose convolutions ran as the custom op never steps aside
     (which would swap F.conv2d and compile the graph again)."""
     model = _net()
-    ex = hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf)  # nothing switched
+    ex = _executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf)  # nothing switched
     x = torch.randn(4, 3, 8, 8)
     torch._dynamo.reset()
     try:
@@ -607,7 +618,7 @@ def test_record_mode_keeps_the_unrecorded_problems_met_with_call_counts(shipped,
     from algosel.runtime.unseen import ENV_VAR
 
     path = tmp_path / "unseen.csv"
-    ex = hook.Executor(selector=shipped, live=False, record=path)
+    ex = _executor(selector=shipped, live=False, record=path)
     x, w = torch.randn(2, 8, 11, 9), torch.randn(12, 8, 3, 3)
     recorded = ConvProblem.from_key(shipped.catalogue.frame["problem_key"].iloc[0])
     xr, wr = torch.randn(recorded.x_shape), torch.randn(recorded.w_shape)
@@ -623,7 +634,7 @@ def test_record_mode_keeps_the_unrecorded_problems_met_with_call_counts(shipped,
     assert int(layers["n"].iloc[0]) == 2 and int(layers["c"].iloc[0]) == 8 and int(layers["stride_h"].iloc[0]) == 2
     # an environment variable does the same for code that cannot pass record=
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "from_env.csv"))
-    assert hook.Executor(selector=shipped, live=False).recorder.path.name == "from_env.csv"
+    assert _executor(selector=shipped, live=False).recorder.path.name == "from_env.csv"
 
 
 def test_gemm_mixed_with_other_paths_passes_through_where_the_compiled_path_runs_the_rest():
@@ -664,7 +675,7 @@ def test_a_cached_decision_is_judged_again_by_this_executors_rule(shipped, min_g
     if expected == "pytorch:default":
         written = Decision(problem.key, "gemm:fc", "measured", "", written.times_ms)
     cache = _OneDecisionCache(written)
-    ex = hook.Executor(selector=shipped, live=False, min_gain_us=min_gain_us, cache=cache)
+    ex = _executor(selector=shipped, live=False, min_gain_us=min_gain_us, cache=cache)
     got = ex.decide(problem, torch.device("cuda"))  # a device object only: the cache is read on GPUs
     assert got.candidate_id == expected and got.source == "measured"
     assert got.times_ms == written.times_ms and cache.put_calls == 0
@@ -687,7 +698,7 @@ def test_a_switch_must_also_pay_the_host_time_its_candidate_takes_over_pytorchs(
     """Predicted 0.2 of a 1 ms default: 800 us saved a call, against the least gain (20 us) plus the candidate's
     recorded extra host time: 700 us more still pays, 790 us does not."""
     hook.reset_stats()
-    ex = hook.Executor(selector=HostCosting(shipped, extra_us), live=False)
+    ex = _executor(selector=HostCosting(shipped, extra_us), live=False)
     x, w = torch.randn(64, 256, 6, 6), torch.randn(512, 256, 6, 6)
     with hook.enabled(ex):
         torch.testing.assert_close(F.conv2d(x, w), REF(x, w), atol=1e-3, rtol=1e-3)
@@ -714,7 +725,7 @@ def test_a_cached_measurement_is_judged_again_with_its_measured_host_times(shipp
     for host_us, expected in (({"gemm:fc": 30.0, "pytorch:default": 25.0}, "gemm:fc"),
                               ({"gemm:fc": 125.0, "pytorch:default": 25.0}, "pytorch:default")):  # fmt: skip
         written = Decision(problem.key, "gemm:fc", "measured", "", times, host_us)
-        ex = hook.Executor(selector=shipped, live=False, cache=_OneDecisionCache(written))
+        ex = _executor(selector=shipped, live=False, cache=_OneDecisionCache(written))
         got = ex.decide(problem, torch.device("cuda"))
         assert got.candidate_id == expected and got.host_us == host_us
 
@@ -764,7 +775,7 @@ def _looking(busy, clock=None, settle_s: float = 0.0, **kw) -> dict:
 def test_a_switch_is_made_only_where_the_device_is_busy_when_its_calls_arrive(executor, monkeypatch, busy_looks,
                                                                               expected):  # fmt: skip
     assert DEFAULT_POLICY.probe_calls == 8 and DEFAULT_POLICY.min_busy_fraction == 0.75
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **_looking(busy_looks))
+    ex = _executor(selector=SMALL_GAIN(executor), live=False, **_looking(busy_looks))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM is predicted to pay
     with hook.enabled(ex):
         for i in range(10):
@@ -788,7 +799,7 @@ def test_probation_looks_again_when_a_calls_gradient_comes_back(executor, monkey
     the forward looks or the backward looks find the device busy in min_busy_fraction of them."""
     # the forward looks at the input (64 channels), the backward at the output's gradient (32)
     busy = _looking(lambda t: forward_busy if t.shape[1] == 64 else backward_busy)
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **busy)
+    ex = _executor(selector=SMALL_GAIN(executor), live=False, **busy)
     x = torch.randn(4, 64, 6, 6, requires_grad=grad)
     w = torch.randn(32, 64, 6, 6, requires_grad=grad)
     with hook.enabled(ex):
@@ -819,7 +830,7 @@ def test_a_switch_busy_at_its_own_calls_is_dropped_where_most_of_the_networks_ca
     made (4 of 5: kept; 2 of 3, 1 of 2: dropped)."""
     assert DEFAULT_POLICY.min_network_busy_fraction == 0.75
     by_batch = _looking(lambda x: x.shape[0] < 4 + busy_convs)
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **by_batch)
+    ex = _executor(selector=SMALL_GAIN(executor), live=False, **by_batch)
     w = torch.randn(32, 64, 6, 6)
     inputs = [torch.randn(4 + i, 64, 6, 6) for i in range(busy_convs + idle_convs)]  # fully connected mode: all switch
     with hook.enabled(ex):
@@ -836,7 +847,7 @@ def test_a_switch_busy_at_its_own_calls_is_dropped_where_most_of_the_networks_ca
 
 def test_looks_at_the_device_just_after_planning_do_not_count(executor, monkeypatch):
     # every look is "just after" the first call's plan
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **_looking(False, settle_s=3600.0))
+    ex = _executor(selector=SMALL_GAIN(executor), live=False, **_looking(False, settle_s=3600.0))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         for _ in range(20):
@@ -850,8 +861,8 @@ def test_looks_just_after_another_executors_planning_do_not_count(executor, monk
     """Planning may measure, which synchronizes the device for every executor: the settling time after it holds
     for the looks of all of them."""
     clock = ManualClock()
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, clock=clock, **_looking(True, settle_s=1.0))
-    other = hook.Executor(selector=SMALL_GAIN(executor), live=False, clock=clock, **_looking(True, settle_s=1.0))
+    ex = _executor(selector=SMALL_GAIN(executor), live=False, clock=clock, **_looking(True, settle_s=1.0))
+    other = _executor(selector=SMALL_GAIN(executor), live=False, clock=clock, **_looking(True, settle_s=1.0))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         F.conv2d(x, w)  # planned now: its own look does not count
@@ -880,7 +891,7 @@ def test_without_a_device_to_look_at_the_switch_is_made_at_once(executor):
 @pytest.mark.parametrize("value", [-1, 1.5, True])
 def test_counts_of_the_executor_must_be_non_negative_integers(shipped, name, unit, value):
     with pytest.raises(ValueError, match=rf"^{name} must be a non-negative integer \({unit}\), got {value!r}$"):
-        hook.Executor(selector=shipped, **{name: value})
+        _executor(selector=shipped, **{name: value})
 
 
 @pytest.mark.parametrize(("default_ms", "probed"), [(0.1, True), (1.24, True), (1.26, False), (2.0, False)])
@@ -888,8 +899,8 @@ def test_a_switch_known_to_save_much_device_time_is_made_without_probation(execu
     """GEMM predicted at a fifth of PyTorch's default: a gain of 0.8 x default_ms a call for the forward. At 1 ms
     (``probation_exempt_gain_us``) or more, the switch is made at once even though the device looks idle."""
     assert DEFAULT_POLICY.probation_exempt_gain_us == 1000.0
-    ex = hook.Executor(selector=Predicting(executor.selector.model, default_ms=default_ms), live=False,
-                       **_looking(False))  # fmt: skip
+    ex = _executor(selector=Predicting(executor.selector.model, default_ms=default_ms), live=False,
+                   **_looking(False))  # fmt: skip
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # no gradients: the forward alone
     with hook.enabled(ex):
         torch.testing.assert_close(F.conv2d(x, w), REF(x, w), atol=1e-4, rtol=1e-4)
@@ -902,7 +913,7 @@ def test_a_switch_known_to_save_much_device_time_is_made_without_probation(execu
 
 def test_probe_calls_zero_switches_at_once(executor, monkeypatch):
     # the looks would drop the switch
-    ex = hook.Executor(selector=executor.selector, live=False, probe_calls=0, device_probe=FakeDevice(False))
+    ex = _executor(selector=executor.selector, live=False, probe_calls=0, device_probe=FakeDevice(False))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         F.conv2d(x, w)
@@ -926,7 +937,7 @@ def test_an_executor_that_switches_nothing_steps_aside_after_quiet_blocks(shippe
     signature met there makes every block routed again until it is quiet again."""
     assert DEFAULT_POLICY.step_aside_after_blocks == 2 and DEFAULT_POLICY.look_again_every_blocks == 50
     hook.reset_stats()
-    ex = hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf)
+    ex = _executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf)
     x, w = torch.randn(2, 8, 10, 10), torch.randn(8, 8, 3, 3)
     assert _blocks(ex, x, w, 5) == [True, True, True, False, False]  # planned, then two quiet blocks
     assert sum(hook.stats().values()) == 3 and ex.blocks_aside == 2  # the calls of stepped-aside blocks: not routed
@@ -948,17 +959,17 @@ def test_an_executor_with_a_switch_or_a_recorder_or_told_not_to_never_steps_asid
     assert {r.kind for r in executor.route_list()} == {"function"}  # switched (NCHW fc: the Python path)
     assert executor.route_reasons() == {"gemm": 1}
     x, w = torch.randn(2, 8, 10, 10), torch.randn(8, 8, 3, 3)
-    for ex in (hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf, step_aside=False),
-               hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf,
-                             record=tmp_path / "unseen.csv")):  # fmt: skip
+    for ex in (_executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf, step_aside=False),
+               _executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf,
+                         record=tmp_path / "unseen.csv")):  # fmt: skip
         assert all(_blocks(ex, x, w, 6)) and ex.blocks_aside == 0
 
 
 def test_a_block_inside_a_switched_on_hook_does_not_step_aside(shipped):
     """With the hook on for the process (enable()), F.conv2d is the hook's: a block keeps routing its calls."""
-    ex = hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf)
+    ex = _executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf)
     x, w = torch.randn(2, 8, 10, 10), torch.randn(8, 8, 3, 3)
-    hook.enable(hook.Executor(selector=shipped, live=False, cache=False))
+    hook.enable(_executor(selector=shipped, live=False, cache=False))
     try:
         assert all(_blocks(ex, x, w, 6)) and ex.blocks_aside == 0
     finally:
@@ -968,7 +979,7 @@ def test_a_block_inside_a_switched_on_hook_does_not_step_aside(shipped):
 def test_under_enable_an_executor_with_nothing_to_switch_steps_aside_between_optimizer_steps(shipped):
     """enable() has no blocks: each optimizer step ends one. After two quiet steps the next ones run PyTorch's own
     F.conv2d; one step in look_again_every_blocks runs the hook's; disable() leaves PyTorch's."""
-    ex = hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf)
+    ex = _executor(selector=shipped, live=False, cache=False, min_gain_us=math.inf)
     model = torch.nn.Conv2d(8, 8, 3, padding=1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(2, 8, 10, 10)
@@ -1019,8 +1030,8 @@ def _looking_executor(shipped, selector=None, busy=False, **kw):
     selector = UnrecordedPredicting(shipped) if selector is None else selector
     timer = _measurer()
     policy = dataclasses.replace(DEFAULT_POLICY, probe_settle_s=0.0)
-    ex = hook.Executor(selector=selector, live=False, verify=3, cache=False, measurer=timer, policy=policy,
-                       device_probe=FakeDevice(busy, can_time=True), **kw)  # fmt: skip
+    ex = _executor(selector=selector, live=False, verify=3, cache=False, measurer=timer, policy=policy,
+                   device_probe=FakeDevice(busy, can_time=True), **kw)  # fmt: skip
     return ex, timer
 
 
@@ -1213,7 +1224,7 @@ def test_a_step_trial_keeps_the_switches_only_where_blocks_with_them_are_faster(
     the switches and PyTorch's own F.conv2d (stepping aside), and the switches stay only where their blocks' spans
     were shorter by the margin in 7 of 8 pairs."""
     looks = iter([True] * busy_looks + [False] * (8 - busy_looks))
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **_looking(looks, _BlockClock(on_ms, off_ms)))
+    ex = _executor(selector=SMALL_GAIN(executor), live=False, **_looking(looks, _BlockClock(on_ms, off_ms)))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM is predicted to pay
     routed = _blocks(ex, x, w, 8, padding=0)  # the 8th call's look decides
     (route,) = ex.route_list()
@@ -1246,7 +1257,7 @@ def test_a_step_trial_that_cannot_tell_leaves_probations_three_quarters_to_decid
     spans = iter([1.0, 2.0, 0.5, 1.0, 3.0, 1.0, 0.4, 1.0] * 20)
     clock = _BlockClock(0, 0)
     clock.span_ms = lambda start, end: next(spans)
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **_looking(busy, clock))
+    ex = _executor(selector=SMALL_GAIN(executor), live=False, **_looking(busy, clock))
     w = torch.randn(32, 64, 6, 6)
     inputs = [torch.randn(n, 64, 6, 6) for n in (4, 5, 6, 7)]  # four fully connected mode convolutions
     for _ in range(25):
@@ -1261,7 +1272,7 @@ def test_a_step_trial_that_cannot_tell_leaves_probations_three_quarters_to_decid
 
 
 def test_a_new_call_signature_during_a_step_trial_starts_it_again_once_quiet(executor, monkeypatch):
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **_looking(True, _BlockClock(0.9, 1.0)))
+    ex = _executor(selector=SMALL_GAIN(executor), live=False, **_looking(True, _BlockClock(0.9, 1.0)))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     _blocks(ex, x, w, 8, padding=0)
     _blocks(ex, x, w, 4, padding=0)
@@ -1276,7 +1287,7 @@ def test_without_recurring_blocks_there_is_no_trial_and_probation_keeps_its_thre
     """One enabled() around every call (or patch_model): no block has ended, so no trial can judge; the looks
     decide at min_busy_fraction as before."""
     looks = iter([True] * 3 + [False] * 5)
-    ex = hook.Executor(selector=SMALL_GAIN(executor), live=False, **_looking(looks, _BlockClock(0.9, 1.0)))
+    ex = _executor(selector=SMALL_GAIN(executor), live=False, **_looking(looks, _BlockClock(0.9, 1.0)))
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)
     with hook.enabled(ex):
         for _ in range(10):

@@ -13,7 +13,17 @@ import torch.nn.functional as F
 from algosel.problem import ConvProblem
 from algosel.runtime import hook
 from algosel.runtime.fallbacks import HookUnavailableWarning, warn_once
-from algosel.runtime.standins import Preferring
+from algosel.runtime.standins import CpuAsCuda, Preferring
+
+
+def _executor(**config) -> hook.Executor:
+    """An executor that routes the CPU's calls as a GPU's (``CpuAsCuda``, unless a test gives its own device seam):
+    the hook routes CUDA tensors alone, so its routing is tested on the CPU through this stand-in."""
+    return hook.Executor(**{"device_probe": CPU_AS_CUDA, **config})
+
+
+#: One seam for every executor, so that ``enabled()`` blocks of one configuration share their executor.
+CPU_AS_CUDA = CpuAsCuda()
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +65,7 @@ def test_on_a_gpu_without_a_model_the_step_runs_pytorchs_own_convolutions(monkey
     hook.reset_stats()
     said = r"NVIDIA A100-SXM4-80GB.*make a model for this GPU with `algosel sweep --quick.*PyTorch's own"
     # the model loaded before the first call (the hook's default loads it beside the first steps: below)
-    config = {"step_aside": True, "background_load": False}
+    config = {"step_aside": True, "background_load": False, "device_probe": CPU_AS_CUDA}
     with pytest.warns(HookUnavailableWarning, match=said):
         _trains_as_pytorch(hook.enabled(**config), model, x)  # a configuration of its own: a new executor
     assert hook.stats() == {"pytorch:no model for this machine": 5}  # forward and weight gradient, then all three
@@ -98,7 +108,7 @@ def test_a_damaged_model_is_named_once_and_the_step_runs(shipped, tmp_path):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", HookUnavailableWarning)  # said once: not again for the same cause
-        _trains_as_pytorch(hook.enabled(hook.Executor(selector=damaged)), model, x)
+        _trains_as_pytorch(hook.enabled(_executor(selector=damaged)), model, x)
 
 
 def test_a_cache_that_cannot_be_written_costs_one_warning_and_no_decision(shipped, tmp_path):
@@ -110,7 +120,7 @@ def test_a_cache_that_cannot_be_written_costs_one_warning_and_no_decision(shippe
     root = tmp_path / "not-a-folder"
     root.write_text("a file")
     cache = RuntimeCache(root, {"gpu_name": "x", "cudnn": 1})
-    ex = hook.Executor(selector=Preferring(shipped, "gemm", recorded=False), cache=cache, live=False)
+    ex = _executor(selector=Preferring(shipped, "gemm", recorded=False), cache=cache, live=False)
     problem = ConvProblem(n=64, c=256, k=512, h=6, w=6, r=6, s=6)
     with pytest.warns(RuntimeWarning, match="cannot write the runtime cache"):
         got = ex.decide(problem, torch.device("cuda"))  # a device object: the cache is read for GPUs
@@ -127,7 +137,7 @@ def test_a_failure_while_routing_a_call_runs_pytorchs_convolution(shipped):
             raise RuntimeError("the model's lists are unreadable")
 
     hook.reset_stats()
-    ex = hook.Executor(selector=Broken(shipped, "gemm", recorded=False), live=False, cache=False)
+    ex = _executor(selector=Broken(shipped, "gemm", recorded=False), live=False, cache=False)
     model, x = _net(), torch.randn(2, 3, 8, 8)
     with pytest.warns(HookUnavailableWarning, match="the hook failed on this call .*unreadable"):
         _trains_as_pytorch(hook.enabled(ex), model, x)
@@ -135,9 +145,9 @@ def test_a_failure_while_routing_a_call_runs_pytorchs_convolution(shipped):
 
 
 @pytest.mark.parametrize(("call", "message"), [
-    (lambda: hook.Executor(selector=42), r"^selector must be a Selector or a model directory, got 42 \(it has no "
+    (lambda: _executor(selector=42), r"^selector must be a Selector or a model directory, got 42 \(it has no "
                                          r"choose\(\)\)$"),
-    (lambda: hook.Executor(record=42), r"^record must be the path of a layers file, got 42$"),
+    (lambda: _executor(record=42), r"^record must be the path of a layers file, got 42$"),
     (lambda: hook.patch_model(42), r"^patch_model takes a torch.nn.Module, got 42$"),
 ])  # fmt: skip
 def test_arguments_of_the_wrong_kind_are_one_line_errors(call, message):

@@ -126,8 +126,8 @@ def test_functional_conv_at_the_root_and_nn_conv2d_counted_once() -> None:
 
     calls = extract_conv_calls(Root(), torch.empty(2, 3, 8, 8, device="meta"))
     assert [r["layer"] for r in calls.records] == ["conv", ""]
-    # The module's own record keeps its numeric padding on the unpadded input (as the suites record it).
-    assert _shape(calls.records[0])[3:9] == (8, 8, 3, 3, 1, 1)
+    # The module's own record is the problem its convolution runs: the reflect-padded input, padding 0.
+    assert _shape(calls.records[0])[3:9] == (10, 10, 3, 3, 0, 0)
     assert calls.skipped == {}
 
 

@@ -17,7 +17,7 @@ from algosel.runtime.policy import (
     too_short_to_pay,
     worth_a_closer_look,
 )
-from algosel.runtime.standins import Preferring
+from algosel.runtime.standins import CpuAsCuda, Preferring
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +75,11 @@ def test_an_executor_takes_a_policy_and_its_shorthands(shipped):
 def test_each_executor_counts_its_own_calls_and_stats_sums_them(shipped):
     """Statistics are per executor (``Executor.stats``); ``hook.stats()`` is their sum over the live executors."""
     hook.reset_stats()
-    gemm = hook.Executor(selector=Preferring(shipped, "gemm", recorded=False), live=False, cache=False)
-    aside = hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=float("inf"))
+    cpu = CpuAsCuda()  # the CPU's calls routed as a GPU's
+    gemm = hook.Executor(
+        selector=Preferring(shipped, "gemm", recorded=False), live=False, cache=False, device_probe=cpu
+    )
+    aside = hook.Executor(selector=shipped, live=False, cache=False, min_gain_us=float("inf"), device_probe=cpu)
     x, w = torch.randn(4, 64, 6, 6), torch.randn(32, 64, 6, 6)  # fully connected mode: GEMM pays for the first
     with hook.enabled(gemm):
         F.conv2d(x, w)

@@ -311,18 +311,22 @@ def test_shipped_models_are_as_their_manifests_record_them() -> None:
         assert verify_directory(model) == []
 
 
-def test_save_refuses_an_existing_directory_and_replaces_it_whole(slice_model, tmp_path) -> None:
+def test_save_refuses_an_existing_directory_and_replaces_only_a_models_own_files(slice_model, tmp_path) -> None:
     sel = Selector.load(slice_model[0])
     out = tmp_path / "m"
     out.mkdir()
     (out / "report.csv").write_text("an old model's report\n")
     with pytest.raises(SelectorError, match="exists"):
         sel.save(out)
+    with pytest.raises(SelectorError, match="holds no model manifest"):
+        sel.save(out, replace=True)
     assert sorted(p.name for p in out.iterdir()) == ["report.csv"]
-    sel.save(out, replace=True, extra_files={"notes.txt": "new\n"})
+    model = tmp_path / "model"
+    sel.save(model, extra_files={"old.txt": "an old model's own report\n"})
+    sel.save(model, replace=True, extra_files={"notes.txt": "new\n"})
     expected = [MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE, "notes.txt"] + ([TIME_MODEL_FILE] if sel.time_model else [])
-    assert sorted(p.name for p in out.iterdir()) == sorted(expected)
-    assert verify_directory(out) == []
+    assert sorted(p.name for p in model.iterdir()) == sorted(expected)
+    assert verify_directory(model) == []
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary directory left"
 
 
@@ -341,8 +345,8 @@ def test_train_repeatedly_on_tiny_records_with_every_core_busy(inputs, tmp_path)
     """The hang: `algosel train` on tiny records with its default 2 LightGBM threads took 42-60 s and at times
     over 300 s (7 s on one thread) while other processes kept the cores busy, each thread spinning at OpenMP's
     barriers for its partner. Here spinning processes keep every core busy while the command line trains twice in
-    one process (the second time with --force, over a directory holding an old model's report), under a
-    timeout."""
+    one process (the second time with --force, over a directory holding an old model's report its manifest lists),
+    under a timeout."""
     root = tmp_path / "models"
     argv = ["train", str(inputs["tiny"]), "--models", str(root), "--name", "t", "--quick", "--folds", "2",
             "--no-progress"]  # fmt: skip
@@ -350,8 +354,10 @@ def test_train_repeatedly_on_tiny_records_with_every_core_busy(inputs, tmp_path)
         "import pathlib, sys\n"
         "from algosel.cli import main\n"
         f"argv = {argv!r}\n"
+        "from algosel.learn.artifact import record_files\n"
         "first = main(argv)\n"
         f"pathlib.Path({str(root / 't' / 'report.csv')!r}).write_text('an old report')\n"
+        f"record_files({str(root / 't')!r}, ['report.csv'])\n"  # the model's own: its manifest lists it
         "sys.exit(max(first, main(argv + ['--force'])))\n"
     )
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -438,7 +444,7 @@ def test_predict_takes_numpy_integers() -> None:
 def test_answers_outside_the_models_records_say_so(fields, reason) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExtrapolationWarning)
-        choices = algosel.predict(ConvProblem.from_key(RECORDED), **fields, top_k=3, live=False)
+        choices = algosel.predict(ConvProblem.from_key(RECORDED).replace(**fields), top_k=3, live=False)
     assert choices and all(c.extrapolated and reason in c.extrapolation for c in choices)
 
 
@@ -452,10 +458,10 @@ def test_one_extrapolation_warning_per_kind_and_process(monkeypatch) -> None:
     sel = load_default()  # the shipped model, without the answers an earlier test got (memoised, warned no more)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        assert algosel.predict(p, n=10**6, live=False, model=sel)[0].extrapolated
-        assert algosel.predict(p, c=10**5, live=False, model=sel)[0].extrapolated
-        assert algosel.predict(p, n=10**7, live=False, model=sel)[0].extrapolated
-        near = algosel.predict(p, n=48, live=False, model=sel)  # not recorded, but within the records' sizes
+        assert algosel.predict(p.replace(n=10**6), live=False, model=sel)[0].extrapolated
+        assert algosel.predict(p.replace(c=10**5), live=False, model=sel)[0].extrapolated
+        assert algosel.predict(p.replace(n=10**7), live=False, model=sel)[0].extrapolated
+        near = algosel.predict(p.replace(n=48), live=False, model=sel)  # not recorded, but within the records' sizes
     assert near[0].source.startswith("nearest:") and not near[0].extrapolated
     caught = [str(w.message) for w in seen if issubclass(w.category, ExtrapolationWarning)]
     assert len(caught) == 2, caught

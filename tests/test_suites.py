@@ -117,7 +117,7 @@ def test_extract_layers_padding_strings_and_modes() -> None:
         nn.Conv2d(3, 8, 3, padding="same", dilation=2),  # total 4: symmetric 2
         nn.Conv2d(8, 8, (1, 5), padding="same"),  # total (0, 4): (0, 2)
         nn.Conv2d(8, 8, 3, padding="valid"),
-        nn.Conv2d(8, 8, 3, padding=2, padding_mode="reflect"),  # recorded as numeric padding 2
+        nn.Conv2d(8, 8, 3, padding=2, padding_mode="reflect"),  # padded first: recorded as 12x13, padding 0
         nn.Conv2d(8, 6, 3, stride=(2, 1), padding=(1, 0), groups=2),
     )
     rows = extract_layers(model, torch.empty(2, 3, 10, 11, device="meta"))
@@ -126,7 +126,7 @@ def test_extract_layers_padding_strings_and_modes() -> None:
         (2, 3, 8, 10, 11, 3, 3, 2, 2, 1, 1, 2, 2, 1),
         (2, 8, 8, 10, 11, 1, 5, 0, 2, 1, 1, 1, 1, 1),
         (2, 8, 8, 10, 11, 3, 3, 0, 0, 1, 1, 1, 1, 1),
-        (2, 8, 8, 8, 9, 3, 3, 2, 2, 1, 1, 1, 1, 1),
+        (2, 8, 8, 12, 13, 3, 3, 0, 0, 1, 1, 1, 1, 1),
         (2, 8, 6, 10, 11, 3, 3, 1, 0, 2, 1, 1, 1, 2),
     ]
     for row in rows:

@@ -33,11 +33,12 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
-from algosel.files import atomic_directory, describe_file, sha256_file, write_text
+from algosel.files import OutputError, atomic_directory, describe_file, sha256_file, write_text
 from algosel.learn.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from algosel.learn.model_text import ModelTextError, check_model_text
 from algosel.learn.ranker import Ranker, RankerParams
 from algosel.records.catalogue import CATALOGUE_COLUMNS
+from algosel.resources import shipped_path
 from algosel.version import __version__
 
 MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE = "model.txt", "manifest.json", "catalogue.parquet"
@@ -73,17 +74,20 @@ def save_artifact(
     catalogue: pd.DataFrame,
     extra_files: Mapping[str, str | bytes] | None = None,
     replace: bool = False,
+    replace_shipped: bool = False,
 ) -> Path:
     """Write a model directory as a whole: model, catalogue, ``extra_files`` (name -> content) and the manifest,
     whose ``files`` records the size and SHA-256 of each other file.
 
-    ``directory`` must not exist unless ``replace``: then it is replaced as a whole, so that no file of the old
-    model survives beside the new one.
+    ``directory`` must not exist unless ``replace``: then it must hold a model's own files alone (those its
+    manifest lists, :func:`replaceable_files`), which are replaced, so that no file of the old model survives
+    beside the new one; a shipped model is replaced only with ``replace_shipped`` too.
 
     Raises
     ------
     SelectorError
-        For an unfitted ranker, or when ``directory`` exists and ``replace`` is false.
+        For an unfitted ranker, when ``directory`` exists and ``replace`` is false, or holds anything else than a
+        model's own files, or is a shipped model without ``replace_shipped``.
     """
     directory = Path(directory)
     if ranker.booster_ is None:
@@ -92,8 +96,9 @@ def save_artifact(
     for name in extra_files or {}:
         if name in reserved or Path(name).name != name or name.startswith("."):
             raise SelectorError(f"cannot save an extra file named {name!r} in a model directory")
+    owned = replaceable_files(directory, replace_shipped) if replace and directory.exists() else None
     try:
-        with atomic_directory(directory, replace=replace) as tmp:
+        with atomic_directory(directory, replace=owned) as tmp:
             (tmp / MODEL_FILE).write_text(ranker.booster_.model_to_string(), encoding="utf-8")
             cols = [c for c in (*CATALOGUE_COLUMNS, "env_id") if c in catalogue]  # env_id: a joint model's
             catalogue[cols].to_parquet(tmp / CATALOGUE_FILE, index=False)
@@ -105,6 +110,8 @@ def save_artifact(
             (tmp / MANIFEST_FILE).write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n")
     except FileExistsError:
         raise SelectorError(f"{directory} exists; a model directory is never overwritten unless asked to") from None
+    except OutputError as exc:  # a file appeared in the directory while the model was written
+        raise SelectorError(str(exc)) from None
     return directory
 
 
@@ -115,11 +122,57 @@ RETIRED_MODELS: dict[str, str] = {
     # H200-only model's 1.045 / 80.6%, docs/selector.md): one model for the Hopper GPUs.
     "h200-cudnn91900": "joint-h100-h200-cudnn91900",
 }
+def is_shipped(directory: str | Path) -> bool:
+    """Whether ``directory`` is (or lies in) one of the package's shipped models (``models/`` of a checkout links
+    there)."""
+    shipped = shipped_path("models").resolve()
+    return shipped in Path(directory).resolve().parents
+
+
+def replaceable_files(directory: str | Path, replace_shipped: bool = False) -> frozenset[str]:
+    """The files a new model may replace in the existing model directory ``directory``: those its manifest lists,
+    and the manifest. Checked before any training, and again when the new model is written.
+
+    Raises
+    ------
+    SelectorError
+        One line naming the directory: a shipped model without ``replace_shipped``; no readable manifest (a folder
+        that holds no model); an entry the manifest does not list (a user's file beside the model).
+    """
+    directory = Path(directory)
+    if is_shipped(directory) and not replace_shipped:
+        raise SelectorError(
+            f"{directory}: a model shipped with algosel; it is never replaced unless --replace-shipped "
+            "(replace_shipped=True) names it; choose another --name or --models"
+        )
+    if not directory.is_dir():
+        raise SelectorError(f"{directory}: exists and is not a model directory; not replaced")
+    try:
+        listed = json.loads((directory / MANIFEST_FILE).read_bytes().decode("utf-8")).get("files")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        listed = None
+    if not isinstance(listed, dict):
+        raise SelectorError(
+            f"{directory}: holds no model manifest listing its files, so it is not replaced (a folder of yours?); "
+            "choose another --name or --models"
+        )
+    owned = frozenset([*map(str, listed), MANIFEST_FILE])
+    foreign = sorted(p.name for p in directory.iterdir() if p.name not in owned or not p.is_file())
+    if foreign:
+        raise SelectorError(
+            f"{directory}: holds {foreign[0]!r}, which is not one of the model's files its manifest lists; nothing "
+            "was replaced (move it away, or choose another --name or --models)"
+        )
+    return owned
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:
     """The manifest of a model directory, checked for the fields every model has."""
     directory = Path(directory)
+    if not directory.is_dir():
+        raise SelectorError(
+            f"{directory}: not a model directory ({'a file' if directory.exists() else 'no such directory'})"
+        )
     for name in (MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE):
         if not (directory / name).is_file():
             successor = RETIRED_MODELS.get(directory.name)
@@ -249,7 +302,13 @@ def load_artifact(directory: str | Path) -> Artifact:
     checked here."""
     directory = Path(directory)
     manifest = read_manifest(directory)
-    if manifest["feature_schema_version"] != FEATURE_SCHEMA_VERSION or manifest["feature_names"] != list(FEATURE_NAMES):
+    names = manifest["feature_names"]
+    if manifest["feature_schema_version"] == FEATURE_SCHEMA_VERSION and names != list(FEATURE_NAMES):
+        raise SelectorError(
+            f"{directory / MANIFEST_FILE}: feature_names differ from schema {FEATURE_SCHEMA_VERSION}'s "
+            f"({_first_difference(names)}); restore the model directory or retrain"
+        )
+    if manifest["feature_schema_version"] != FEATURE_SCHEMA_VERSION:
         raise SelectorError(
             f"{directory}: trained on feature schema {manifest['feature_schema_version']}, this algosel builds "
             f"schema {FEATURE_SCHEMA_VERSION}; retrain with `algosel train`"
@@ -268,6 +327,14 @@ def load_artifact(directory: str | Path) -> Artifact:
         raise SelectorError(f"{directory / CATALOGUE_FILE}: unreadable catalogue ({exc})") from exc
     params = RankerParams(**{k: v for k, v in manifest["params"].items() if k in RankerParams.__dataclass_fields__})
     return Artifact(Ranker(params, booster), manifest, catalogue)
+
+
+def _first_difference(names: list[Any]) -> str:
+    """Where a manifest's ``feature_names`` first differ from :data:`FEATURE_NAMES` (an edited manifest)."""
+    for i, (given, built) in enumerate(zip(names, FEATURE_NAMES)):
+        if given != built:
+            return f"feature {i} is {given!r}, the schema's is {built!r}"
+    return f"{len(names)} names, the schema has {len(FEATURE_NAMES)}"
 
 
 def booster_from_bytes(data: bytes, path: str | Path) -> lgb.Booster:

@@ -299,7 +299,9 @@ def network_totals(
                     **{f"{k}_ms": v for k, v in totals.items()},
                 }
             )
-    out = pd.DataFrame(rows)
+    # Its columns even where no network has a call in the tables (records of other layouts than the suites')
+    columns = ["network", "size", "dtype", "missing_problems", "calls", *(f"{k}_ms" for k in ("best", *selectors))]
+    out = pd.DataFrame(rows, columns=columns)
     # FPN has 20 input sizes: report their sum as one row, the way the variable-size training loop sees it.
     fpn = out[out["network"] == "fpn"]
     if not fpn.empty:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from algosel.learn.artifact import SelectorError, new_manifest
+from algosel.learn.artifact import SelectorError, new_manifest, replaceable_files
 from algosel.learn.cache_records import held_out, with_cache_records
 from algosel.learn.evaluate import Prepared, pick_times, report, selector_table
 from algosel.learn.ranker import Ranker, RankerParams, fingerprint
@@ -117,6 +117,7 @@ def train_joint(
     command: str | None = None,
     cache_records: Sequence[pd.DataFrame] = (),
     cache_weight: float = 1.0,
+    replace_shipped: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
     """Fit and save a joint model on ``data`` (records of several GPUs) with ``params``; see the module docstring.
     ``cache_records`` and ``cache_weight``: runtime caches' records learnt beside them, as
@@ -127,7 +128,8 @@ def train_joint(
     RecordsError
         Records of one GPU only (train it with ``algosel train``), or no held-out shape.
     SelectorError
-        An existing model directory without ``force``.
+        An existing model directory without ``force``, or one that holds other files than its model's, or a
+        shipped model without ``replace_shipped`` (:func:`~algosel.learn.artifact.replaceable_files`).
     """
     t0 = time.perf_counter()
     frame, envs = load_records(*data)
@@ -147,6 +149,8 @@ def train_joint(
             raise SelectorError(f"{out} exists; a model retrained on a runtime cache is a new model directory, never "
                                 "an edit of one: choose another --name or --models")  # fmt: skip
         raise SelectorError(f"{out} exists; pass --force to replace it, or choose another --name or --models")
+    if out.exists():
+        replaceable_files(out, replace_shipped)
     prep = Prepared.build(frame, envs)
     test = held_out(prep)
     if not test.any() or test.all():
@@ -194,6 +198,6 @@ def train_joint(
     if command:
         lines += ["Made by:", "", "```", command, "```", ""]
     Selector(sel.ranker, manifest, joint_catalogue(frame, environments), sel.time_model).save(
-        out, replace=force, extra_files={"README.md": "\n".join(lines)}
+        out, replace=force, extra_files={"README.md": "\n".join(lines)}, replace_shipped=replace_shipped
     )
     return out, summary

@@ -122,6 +122,28 @@ def check_records_environment(
     return other
 
 
+def check_space(sel: Selector, model_dir: str | Path, want: str, what: str) -> None:
+    """Refuse a model of another space than ``want`` (``"cudnn"``: engine configs, GEMM lowering, PyTorch's default;
+    ``"legacy"``: the legacy API's algorithms) for ``what`` (the records it is scored on, an option's calls): its
+    picks would be priced among candidates it never ranks, and the numbers would mean nothing.
+
+    Raises
+    ------
+    SelectorError
+        ``<model_dir> selects <space> candidates (<its spaces>); <what> are <want> ones``.
+    """
+    if sel.space != want:
+        raise SelectorError(
+            f"{model_dir} selects {sel.space} candidates ({', '.join(sel.spaces)}); {what} are {want} ones: give a "
+            f"{want} model"
+        )
+
+
+def records_space(frame: Any) -> str:
+    """The space of records (:func:`~algosel.learn.artifact.space_of` their ``space`` column)."""
+    return space_of(sorted(frame["space"].unique()))
+
+
 def live_available(sel: Selector) -> bool:
     """Whether ``sel`` can rank live candidate lists here: a GPU, the space's library, and the model's own GPU and
     cuDNN (memoised per selector)."""

@@ -237,15 +237,26 @@ class Selector:
 
     # ------------------------------------------------------------------------------------------ persistence
     def save(
-        self, directory: str | Path, replace: bool = False, extra_files: Mapping[str, str | bytes] | None = None
+        self,
+        directory: str | Path,
+        replace: bool = False,
+        extra_files: Mapping[str, str | bytes] | None = None,
+        replace_shipped: bool = False,
     ) -> Path:
         """Write the model directory as a whole (:func:`~algosel.learn.artifact.save_artifact`), the time model
-        (where there is one) among its files; an existing ``directory`` is refused unless ``replace``."""
+        (where there is one) among its files; an existing ``directory`` is refused unless ``replace`` (and
+        ``replace_shipped`` for a shipped model), and replaced only where it holds a model's own files alone."""
         files = dict(extra_files or {})
         if self.time_model is not None:
             files[TIME_MODEL_FILE] = self.time_model.model_text()
         return save_artifact(
-            directory, self.ranker, self.manifest, self._saved_catalogue, extra_files=files, replace=replace
+            directory,
+            self.ranker,
+            self.manifest,
+            self._saved_catalogue,
+            extra_files=files,
+            replace=replace,
+            replace_shipped=replace_shipped,
         )
 
     @classmethod
@@ -312,6 +323,9 @@ class Selector:
         if hit is not None:
             return hit
         all_rows, source = self.candidates_for(problem, live=live)
+        if not all_rows:  # a legacy model asked for a dtype its records lack: no list to rank, said as such
+            why = self.coverage(problem, source) or "its records hold no candidate near it"
+            raise SelectorError(f"no candidate for {problem.key} in this {self.space} model: {why}")
         # The candidate part of the features depends only on the list, which nearby problems share.
         kind = "fc" if problem.is_fully_connected else "pointwise" if problem.is_pointwise else None
         mkey = (source, problem.key if source in ("records", "live") else kind)

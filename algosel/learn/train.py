@@ -32,7 +32,7 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
-from algosel.learn.artifact import SelectorError, new_manifest, space_of
+from algosel.learn.artifact import SelectorError, new_manifest, replaceable_files, space_of
 from algosel.learn.cache_records import check_cache_gpu, held_out, with_cache_records
 from algosel.learn.evaluate import TEST_FRACTION, Prepared, pick_times, report, selector_table
 from algosel.learn.ranker import Ranker, RankerParams, fingerprint
@@ -48,7 +48,9 @@ from algosel.learn.speed import (
 from algosel.learn.time_model import TIME_MODEL_FILE, TimeModel, TimeModelParams, calibration
 from algosel.learn.tuning import tune, within_budget
 from algosel.records.environment import gpu_slug
-from algosel.records.store import RecordsError, load_records, main_environment
+
+# main_environment: imported from here by the notebooks
+from algosel.records.store import RecordsError, load_records, main_environment, one_environment  # noqa: F401
 
 #: The tuning grid of ``algosel train``. The regression objective lost to LambdaRank at every tree size in earlier
 #: tunings (docs/selector.md) and is left out; min_child_samples 20 beat 100 in cross-validation (1.0657 against
@@ -111,6 +113,7 @@ def train(
     name: str | None = None,
     force: bool = False,
     time_params: TimeModelParams | None = None,
+    replace_shipped: bool = False,
     predict_budget_us: float = PREDICT_BUDGET_US,
     command: str | None = None,
     trees: str = "lightgbm",
@@ -136,12 +139,15 @@ def train(
     name : str, optional
         Model directory name (default: from the records' GPU and cuDNN).
     force : bool
-        Replace an existing model directory of that name (as a whole) instead of refusing.
+        Replace an existing model directory of that name instead of refusing: its own files (those its manifest
+        lists) alone; a directory holding anything else is refused (:func:`~algosel.learn.artifact.replaceable_files`).
     time_params : TimeModelParams, optional
         The time model's hyperparameters (default: :class:`TimeModelParams` with ``base``'s number of threads).
     predict_budget_us : float
         The slowest first prediction (one core, as :func:`~algosel.learn.speed.estimated_first_prediction_us`
         estimates it) a tuned setting may have to be kept.
+    replace_shipped : bool
+        With ``force``, replace a model shipped with algosel too (never replaced otherwise).
     command : str, optional
         The command line that trains it (``algosel train`` passes its own), written into the manifest and README.
     trees : str
@@ -171,7 +177,7 @@ def train(
     from_cache = None
     if cache_records:
         frame, envs, from_cache = with_cache_records(frame, envs, list(cache_records), cache_weight)
-    frame, env = main_environment(frame, envs)
+    frame, env = one_environment(frame, envs, "a selector", " (a model of several GPUs: --joint)")
     check_cache_gpu(frame, env, from_cache)
     legacy = space_of(sorted(frame["space"].unique())) == "legacy"
     out = Path(models_root) / (name or gpu_slug(env) + ("-legacy" if legacy else ""))
@@ -185,6 +191,8 @@ def train(
             f"{out} exists; train never replaces a model directory it did not create: pass --force (force=True) to "
             "replace it, or choose another --name or --models"
         )
+    if out.exists():
+        replaceable_files(out, replace_shipped)  # before the minutes of tuning, and again when written
     prep = Prepared.build(frame, envs)
     test = held_out(prep)
     _check_trainable(prep, test, folds, data)
@@ -282,7 +290,9 @@ def train(
         "test_report.csv": comp.to_csv(index=False),
         "README.md": _model_readme(out.name, summary, env),
     }
-    Selector(ranker, manifest, catalogue, time_model).save(out, replace=force, extra_files=reports)
+    Selector(ranker, manifest, catalogue, time_model).save(
+        out, replace=force, extra_files=reports, replace_shipped=replace_shipped
+    )
     return out, summary
 
 

@@ -116,7 +116,10 @@ class GridSpec:
 
     ``max_operand_bytes`` bounds x + w + y of one problem; ``max_flops`` bounds its FLOPs (the sweep times
     every candidate several times, so this bounds the sweep's time per problem). ``mix`` names the family shares
-    of :data:`MIXES`.
+    of :data:`MIXES`. ``max_count`` bounds ``count`` before anything is drawn (None: no bound, for ``algosel
+    grid``, which prints each shape as it is drawn): a sweep's cases are all drawn before the first is measured or
+    counted (about 0.1 ms a shape; the shipped H200 records hold 1,914 shapes), so ten million would be minutes of
+    silence before a dry run's count and GPU-years after it.
     """
 
     count: int = 400
@@ -124,10 +127,16 @@ class GridSpec:
     max_operand_bytes: int = 256 << 20
     max_flops: float = 5e10
     mix: str = "networks"
+    max_count: int | None = 100_000
 
     def __post_init__(self) -> None:
         if self.mix not in MIXES:
             raise ValueError(f"grid mix must be one of {', '.join(MIXES)}; got {self.mix!r}")
+        if self.count < 0 or (self.max_count is not None and self.count > self.max_count):
+            raise ValueError(
+                f"grid count {self.count}: must be 0 to {self.max_count:,} shapes (all are drawn before the first "
+                "case, about 0.1 ms each; the shipped H200 records hold 1,914)"
+            )
 
     @property
     def source(self) -> str:
@@ -234,7 +243,7 @@ def iter_grid(spec: GridSpec, dtype: str = "float32", layout: str = "nchw") -> I
 
     Raises
     ------
-    RuntimeError
+    ValueError
         Once ``200 * spec.count`` draws have not found ``spec.count`` distinct shapes within the budgets.
     """
     rng = np.random.default_rng(spec.seed)
@@ -246,7 +255,11 @@ def iter_grid(spec: GridSpec, dtype: str = "float32", layout: str = "nchw") -> I
     while len(seen) < spec.count:
         attempts += 1
         if attempts > 200 * spec.count:
-            raise RuntimeError(f"could not draw {spec.count} shapes within the budgets of {spec}")
+            raise ValueError(
+                f"could not draw {spec.count} distinct grid shapes within max_flops={spec.max_flops:g} and "
+                f"max_operand_bytes={spec.max_operand_bytes} ({len(seen)} found in {attempts - 1} draws); raise "
+                "the budgets or lower the count"
+            )
         fields = _draw(rng, str(rng.choice(names, p=probs / probs.sum())))
         try:
             p = ConvProblem(**fields, dtype=dtype, layout=layout, direction="fwd")

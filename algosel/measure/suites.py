@@ -233,11 +233,14 @@ def _conv_padding(conv: nn.Conv2d, h: int, w: int) -> tuple[int, int, int, int]:
     - ``'same'`` needs total padding ``d * (k - 1)`` per axis. When that is even PyTorch passes half of it to
       the convolution; when it is odd (even kernel, odd dilation) PyTorch first pads the input by the one extra
       row/column and then convolves with the smaller half, so we record that larger input and smaller pad.
-    - Any ``padding_mode`` other than ``'zeros'`` (reflect, replicate, circular) is recorded with its numeric
-      padding, as if zero padded: same output size and arithmetic; PyTorch in fact pads explicitly first and
-      calls the kernel with padding 0.
+    - Any ``padding_mode`` other than ``'zeros'`` (reflect, replicate, circular): PyTorch pads the input explicitly
+      first and calls the convolution with padding 0, so that is recorded (the padded input, pad 0): the problem
+      the convolution runs, and the one the hook sees.
     """
-    return _resolve_padding(conv.padding, conv.kernel_size, conv.dilation, h, w)
+    h, w, pad_h, pad_w = _resolve_padding(conv.padding, conv.kernel_size, conv.dilation, h, w)
+    if conv.padding_mode == "zeros":
+        return h, w, pad_h, pad_w
+    return h + 2 * pad_h, w + 2 * pad_w, 0, 0
 
 
 def _pair(value: Any) -> tuple[int, int]:

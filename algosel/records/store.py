@@ -305,3 +305,26 @@ def main_environment(frame: pd.DataFrame, envs: Mapping[str, Mapping[str, Any]])
     slug = counts.most_common(1)[0][0]
     keep = [e for e, s in slugs.items() if s == slug]
     return frame[frame["env_id"].isin(keep)], dict(envs[keep[0]])
+
+
+def one_environment(
+    frame: pd.DataFrame, envs: Mapping[str, Mapping[str, Any]], what: str = "a selector", hint: str = ""
+) -> tuple[pd.DataFrame, dict]:
+    """:func:`main_environment` of records that hold one GPU x cuDNN only: ``what`` (a selector, an evaluation) is
+    of one, and another's records dropped or mixed in would change its numbers without a word. ``hint`` ends the
+    refusal (another way out).
+
+    Raises
+    ------
+    RecordsError
+        Naming each GPU x cuDNN and its records, and the way out (one GPU's records; a joint model).
+    """
+    from algosel.records.environment import gpu_slug  # noqa: PLC0415
+
+    counts = Counter(frame["env_id"].map({e: gpu_slug(envs[e]) for e in envs}))
+    if len(counts) > 1:
+        held = ", ".join(f"{slug} ({n:,} records)" for slug, n in sorted(counts.items()))
+        raise RecordsError(
+            f"records of {len(counts)} GPU x cuDNN environments: {held}; {what} is of one: give one GPU's records{hint}"
+        )
+    return main_environment(frame, envs)

@@ -94,8 +94,7 @@ def predict(
     ----------
     problem : ConvProblem, optional
         The problem; or give its fields as keywords (``n=..., c=..., k=..., h=..., w=..., r=..., s=...``, and
-        optionally padding, stride, dilation, groups, ``dtype``, ``layout``, ``direction``). Keywords given with a
-        problem replace its fields.
+        optionally padding, stride, dilation, groups, ``dtype``, ``layout``, ``direction``), not both.
     model : path or Selector, optional
         A model directory; default: the shipped model for this GPU (or the first shipped model without a GPU).
     max_workspace_bytes : int, optional
@@ -156,7 +155,13 @@ def predict(
             raise ValueError(
                 f"predict() got an unknown problem field {unknown[0]!r}; fields: {', '.join(sorted(_FIELDS))}"
             )
-        problem = problem.replace(**fields) if problem is not None else ConvProblem(**fields)
+        if problem is not None:  # which one counts would be a guess: the caller says
+            given = ", ".join(f"{k}={v!r}" for k, v in sorted(fields.items()))
+            raise ValueError(
+                f"predict() takes a ConvProblem or its fields, not both (got a problem and {given}); pass "
+                "problem.replace(...) to change a field"
+            )
+        problem = ConvProblem(**fields)
     elif problem is None:
         raise ValueError("predict() needs a ConvProblem or its fields as keywords (n=, c=, k=, h=, w=, r=, s=, ...)")
     if space not in MODEL_SPACES:

@@ -135,6 +135,7 @@ class RuntimeCache:
         self._offset = 0  # bytes of decisions.jsonl read so far (other processes append)
         self._warned: set[str] = set()
         self._plans_trusted: bool | None = None
+        self.damaged_lines = 0  # lines of decisions.jsonl skipped as damaged (cut, edited, not UTF-8)
 
     @classmethod
     def at(cls, folder: str | Path) -> RuntimeCache:
@@ -181,7 +182,10 @@ class RuntimeCache:
     @contextlib.contextmanager
     def _locked(self, mode: str) -> Iterator[Any]:
         self.folder.mkdir(parents=True, exist_ok=True)
-        with open(self.decisions_path, mode + "+" if mode == "a" else mode, encoding="utf-8") as fh:
+        # Read as bytes: a line of other bytes than UTF-8 (a damaged disk, a hand edit) is one damaged line, never an
+        # error of the whole file.
+        binary = {"a": {"mode": "a+", "encoding": "utf-8"}, "r": {"mode": "rb"}}[mode]
+        with open(self.decisions_path, **binary) as fh:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX if mode == "a" else fcntl.LOCK_SH)
             try:
                 if mode == "a":
@@ -211,7 +215,7 @@ class RuntimeCache:
         if start == 0 and lines:
             try:
                 header = json.loads(lines[0])
-            except json.JSONDecodeError:
+            except ValueError:  # not JSON, or not UTF-8
                 header = {}
             if (
                 not isinstance(header, dict)
@@ -225,8 +229,9 @@ class RuntimeCache:
         for line in lines:
             try:
                 self._add(Decision(**json.loads(line)))
-            except (json.JSONDecodeError, TypeError):
-                bad += 1  # a line cut by a kill mid-write, or edited by hand
+            except (ValueError, TypeError):
+                bad += 1  # a line cut by a kill mid-write, edited by hand, or not UTF-8
+        self.damaged_lines += bad
         if bad:
             self._warn_once("damaged", f"algosel: skipped {bad} damaged line(s) of the runtime cache "
                                        f"{self.decisions_path}")  # fmt: skip
@@ -314,6 +319,7 @@ class RuntimeCache:
             "predict_measured": sum(d.by == "predict" for d in decisions),  # algosel.predict(verify=k)'s problems
             "plans": len(plans),
             "plan_bytes": sum(p.stat().st_size for p in plans),
+            "damaged_lines": self.damaged_lines,
         }
 
 

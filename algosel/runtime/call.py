@@ -41,6 +41,10 @@ _deterministic_algorithms: Callable[[], bool] = getattr(torch._C, "_get_determin
 )
 
 
+#: The path of calls on a device the hook does not route (a CPU, ``meta``, or CUDA without cuDNN).
+NOT_ROUTED = "pytorch:not a cuDNN device"
+
+
 def deterministic_asked() -> bool:
     """Whether the process asked PyTorch for deterministic convolutions (``torch.backends.cudnn.deterministic`` or
     ``torch.use_deterministic_algorithms``): then every convolution is PyTorch's own, which honours it."""
@@ -53,7 +57,13 @@ def _hashable(v: Any) -> Any:
 
 def run_conv(ex: Executor, x, w, b, stride, padding, dilation, groups) -> torch.Tensor:
     """One ``conv2d`` call through ``ex`` (see the module docstring)."""
-    device_type = "cuda" if x.is_cuda else x.device.type  # is_cuda: a fifth of the cost of building a device
+    if x.is_cuda:  # is_cuda: a fifth of the cost of building a device
+        device_type = "cuda"
+    else:
+        device_type = x.device.type
+        if not ex.device_probe.routes(x.device):  # not cuDNN's (CPU, meta): PyTorch's own call, untouched
+            ex.call_stats.count(NOT_ROUTED)
+            return original_conv2d(x, w, b, stride, padding, dilation, groups)
     # Under autocast, conv2d runs in autocast's dtype (float32 inputs are cast below F.conv2d).
     cast = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
     grads = (x.requires_grad, w.requires_grad) if torch.is_grad_enabled() else (False, False)
@@ -141,6 +151,11 @@ def call_problem(
 
 def _first_call(ex: Executor, key, x, w, b, stride, padding, dilation, groups, cast, grads) -> Route | None:
     """Validate a new call signature and route it; ``None`` (counted) when PyTorch should take it unmemoised."""
+    if not ex.device_probe.routes(x.device):  # CUDA without cuDNN: PyTorch's own, memoised as such
+        route = Route("native", None, (NOT_ROUTED,))
+        ex.call_stats.add_route(route)
+        ex.routes.add(key, route)
+        return route
     if (x.dim() != 4 or w.dim() != 4 or x.device != w.device or (b is not None and b.device != x.device)
             or x.shape[1] != w.shape[1] * groups or not x.is_floating_point()):  # fmt: skip
         ex.call_stats.count("pytorch:not a plain 4-D conv")

@@ -38,6 +38,9 @@ class BlockClock(Protocol):
 class DeviceProbe(Protocol):
     """The device seam of an executor (see the module docstring)."""
 
+    def routes(self, device: torch.device) -> bool:
+        """Whether calls on ``device`` are the hook's to route at all (else each is PyTorch's own, untouched)."""
+
     def busy(self, t: torch.Tensor) -> bool | None:
         """Whether the device of ``t`` still runs earlier work of its current stream (None: cannot tell)."""
 
@@ -53,6 +56,12 @@ class DeviceProbe(Protocol):
 
 class CudaDevice:
     """The device seam on CUDA (a stream query costs about a microsecond)."""
+
+    def routes(self, device: torch.device) -> bool:
+        # The hook exists for cuDNN: a CPU, meta or other device's convolution is PyTorch's own, bit for bit, and so
+        # is a CUDA one where cuDNN is switched off (PyTorch's own kernels compute it). Read at a signature's first
+        # call.
+        return device.type == "cuda" and torch.backends.cudnn.enabled
 
     def busy(self, t: torch.Tensor) -> bool | None:
         if not t.is_cuda or torch.cuda.is_current_stream_capturing():  # a capture allows no stream query

@@ -121,10 +121,14 @@ class Executor:
         if probe_calls is not None:
             policy = dataclasses.replace(policy, probe_calls=_count("probe_calls", probe_calls, "calls"))
         if min_gain_us is not None:
+            if isinstance(min_gain_us, bool) or not isinstance(min_gain_us, (int, float)) or not min_gain_us >= 0:
+                raise ValueError(f"min_gain_us must be a number of microseconds >= 0, got {min_gain_us!r}")
             policy = dataclasses.replace(policy, min_gain_us=min_gain_us)
         verify = _count("verify", verify, "candidates to time")
         if tuning_budget_s is not None and not (_number(tuning_budget_s) and tuning_budget_s >= 0):
             raise ValueError(f"tuning_budget_s must be a number of seconds >= 0, got {tuning_budget_s!r}")
+        if max_workspace_bytes is not None:
+            max_workspace_bytes = _count("max_workspace_bytes", max_workspace_bytes, "bytes")
         self.policy = policy
         #: The model, loaded at once or (``background_load``) beside the first steps (:mod:`algosel.runtime.loading`).
         self.model = ModelLoading(selector, rule and calibration is None, background_load)

@@ -98,7 +98,11 @@ def _ints(v) -> list[int]:
 
 def compiled_conv2d(x, w, b, stride, padding, dilation, groups, executor: int = -1) -> Tensor:
     """``F.conv2d`` under ``torch.compile``: the custom op, with autocast's cast done here (custom ops have no
-    autocast rule) and string padding turned into numbers (or PyTorch's own conv2d where that cannot be done)."""
+    autocast rule) and string padding turned into numbers (or PyTorch's own conv2d where that cannot be done, and
+    on a device the executor does not route: the CPU, ``meta``)."""
+    ex = STATE.executor_by_id(executor)
+    if ex is not None and not ex.device_probe.routes(x.device):  # not cuDNN's: PyTorch's own call, traced as such
+        return original_conv2d(x, w, b, stride, padding, dilation, groups)
     sh, sw = _ints(stride)
     dh, dw = _ints(dilation)
     if isinstance(padding, str):

@@ -111,6 +111,9 @@ class FakeDevice:
         self.looks += 1
         return self._busy(t)
 
+    def routes(self, device: torch.device) -> bool:
+        return device.type == "cpu"  # the CPU stands in for the GPU; meta tensors are PyTorch's, as on CUDA
+
     def capturing(self, device: torch.device) -> bool:
         return False
 
@@ -178,6 +181,23 @@ class LiveList(ModelCandidates):
             return super().ranked(problem, False, k, modes)
         self.asked.append((problem, k, modes))
         return Ranked(self._live_list(problem, k, modes))
+
+
+class CpuAsCuda:
+    """CUDA's device seam, with the CPU's calls routed as a GPU's would be: the routing tested on a machine without
+    one (the hook itself routes CUDA tensors alone; no look answered, nothing timed, no step trial, as CUDA's seam
+    says of a CPU tensor)."""
+
+    def __init__(self) -> None:
+        from algosel.runtime.device import CudaDevice  # noqa: PLC0415
+
+        self._cuda = CudaDevice()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cuda, name)
+
+    def routes(self, device: torch.device) -> bool:
+        return device.type in ("cpu", "cuda")
 
 
 class CudaWithoutTrials:

@@ -6,7 +6,7 @@ A selector ranks a problem its records never measured from the nearest recorded 
 signature) and :meth:`UnseenRecorder.flush` merges the counts into a layers file
 (:mod:`algosel.measure.layers`): network :data:`~algosel.measure.layers.UNSEEN_NETWORK`, layer = the shape key,
 size ``"HxW"``, and a ``calls`` column. The merge is safe across processes (an exclusive ``fcntl.flock`` on
-``<file>.lock`` around read, merge and write), the write atomic (a temporary file renamed over the old one), and
+the file's folder around read, merge and write), the write atomic (a temporary file renamed over the old one), and
 the recorder flushes itself at interpreter exit.
 
 Jobs whose code cannot be changed set ``ALGOSEL_RECORD_UNSEEN=<path>``: :func:`recorder_from_env`.
@@ -39,14 +39,17 @@ ENV_VAR = "ALGOSEL_RECORD_UNSEEN"
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``<path>.lock`` (created if missing; left in place, as an empty file)."""
-    lock_path = path.with_name(path.name + ".lock")
-    with lock_path.open("a") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+    """An exclusive lock on the folder of ``path`` (a ``flock`` of the directory itself: no lock file is left
+    beside the user's layers file)."""
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 class UnseenRecorder:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from algosel.learn.evaluate import (
     SELECTORS,
+    TEST_FRACTION,
     Prepared,
     beats_baselines,
     cell_table,
@@ -37,13 +38,13 @@ from algosel.learn.evaluate import (
     top_k_curve,
     with_pytorch_fallback,
 )
-from algosel.learn.models import check_records_environment
+from algosel.learn.models import check_records_environment, check_space, records_space
 from algosel.learn.ranker import RankerParams, fingerprint
 from algosel.learn.selector import Selector
 from algosel.learn.time_model import calibration, format_calibration
 from algosel.measure.steps import no_input_grad_shapes, runs_in_training
 from algosel.measure.suites import load_suites
-from algosel.records.store import load_records, main_environment
+from algosel.records.store import load_records, one_environment
 from algosel.study.evaluation_out import (  # noqa: F401 - the file names, public here as before
     CELLS_CSV,
     EVALUATE_FILES,
@@ -110,6 +111,17 @@ def top_k_figure(curve: pd.DataFrame, title: str):
     return fig
 
 
+def _split_note(manifest: dict[str, Any]) -> str:
+    """Whether the held-out shapes of other records than the model's were held out of its training too: yes where
+    it was trained with this split (a hash of the shape key, the same fraction), whatever records each side held."""
+    split = manifest.get("split") if isinstance(manifest.get("split"), dict) else {}
+    if str(split.get("method", "")).startswith("crc32(shape_key)") and split.get("test_fraction", TEST_FRACTION) == (
+        TEST_FRACTION
+    ):
+        return "its held-out shapes are those of the split it was trained with (a hash of the shape): none trained on"
+    return "the held-out split is recomputed on them, and shapes the model was trained on may be among the test shapes"
+
+
 def run_evaluation(
     model_dir: str,
     data: list[str],
@@ -120,6 +132,7 @@ def run_evaluation(
     layers: list[str] | None = None,
     compare_model: str | None = None,
     overwrite: bool = False,
+    replace_shipped: bool = False,
 ) -> str:
     """``algosel evaluate``: the shipped model on its held-out shapes, and leave-one-network-out (skipped, with a
     note, for records that hold no layer of the network suites); with ``layers`` files, also the evaluation on
@@ -132,15 +145,15 @@ def run_evaluation(
     its engine configs and their speeds are specific to both, so its scores there would mean nothing. ``out``
     is checked before the records are read (:func:`check_out`): a directory, or a place where one can be made,
     where a file of the evaluation's names that ``algosel evaluate`` did not write is replaced only with
-    ``overwrite``.
+    ``overwrite``; a shipped model's folder is written into only with ``replace_shipped``.
     """
-    check_out(out, model_dir, overwrite)
+    check_out(out, model_dir, overwrite, replace_shipped=replace_shipped)
     lines, files = _evaluation(model_dir, data, lono, progress, force, layers or [])
     if layers:
         more, layer_files = _layers_evaluation(model_dir, data, layers, compare_model)
         lines += more
         files |= layer_files
-    written = write_evaluation(out, model_dir, files, overwrite)
+    written = write_evaluation(out, model_dir, files, overwrite, replace_shipped=replace_shipped)
     lines += ["", "wrote " + ", ".join(str(p) for p in written)]
     return "\n".join(lines)
 
@@ -159,7 +172,9 @@ def _evaluation(model_dir: str, data: list[str], lono: bool, progress: bool, for
     # force: the visible GPU (if any) does not matter here; the records' environment is compared below.
     sel = Selector.load(model_dir, force=True)
     frame, envs = load_records(*data)
-    frame, records_env = main_environment(frame, envs)
+    frame, records_env = one_environment(frame, envs, "an evaluation", " (a joint model: one evaluation per GPU)")
+    spaces = ", ".join(sorted(frame["space"].unique()))
+    check_space(sel, model_dir, records_space(frame), f"the records ({', '.join(map(str, data))}: {spaces})")
     # Refused unless force; records of any GPU a joint model was trained on are its own.
     other = check_records_environment(sel, model_dir, records_env, force=force)
     lines = [
@@ -170,10 +185,7 @@ def _evaluation(model_dir: str, data: list[str], lono: bool, progress: bool, for
     if other:
         lines.append(f"note: scored on records of another environment (--force): {', '.join(other)}")
     if fingerprint(frame) != sel.manifest.get("data_fingerprint"):
-        lines.append(
-            "note: these records differ from the model's training records; the held-out split is "
-            "recomputed on them, and shapes the model was trained on may now be among the test shapes"
-        )
+        lines.append("note: these records differ from the model's training records; " + _split_note(sel.manifest))
     prep = Prepared.build(frame, envs)
     test = prep.rows(is_test_shape(prep.shape))
     shortlist = sel.manifest.get("shortlist_rank")
@@ -361,7 +373,8 @@ def _layers_evaluation(model_dir: str, data: list[str], layers: list[str], compa
                 f"{model_dir} {models['model'].space} ones: compare models of one space"
             )
     frame, envs = load_records(*data)
-    frame, _ = main_environment(frame, envs)
+    frame, _ = one_environment(frame, envs, "an evaluation", " (a joint model: one evaluation per GPU)")
+    check_space(models["model"], model_dir, records_space(frame), f"the records ({', '.join(map(str, data))})")
     shapes = {
         ConvProblem(**{f: int(row[f]) for f in SHAPE_FIELDS}).shape_key
         for layers_frame in frames.values()

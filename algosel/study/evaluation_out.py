@@ -38,11 +38,12 @@ def _is_own_directory(out_dir: Path, model_dir: str | Path) -> bool:
 
 
 def check_out(out: str | Path | None, model_dir: str | Path, overwrite: bool = False,
-              names: tuple[str, ...] = EVALUATE_FILES) -> Path:  # fmt: skip
+              names: tuple[str, ...] = EVALUATE_FILES, replace_shipped: bool = False) -> Path:  # fmt: skip
     """The output folder of an evaluation of ``model_dir``, checked before any work
     (:func:`algosel.files.check_output_dir`): a directory, or a place where one can be made, holding none of the
-    files ``names`` that ``algosel evaluate`` did not write there unless ``overwrite``. In the model's own
-    directory its manifest is among them (the evaluation records its files there).
+    files ``names`` that ``algosel evaluate`` did not write there unless ``overwrite``, nor a shipped model's folder
+    unless ``replace_shipped``. In the model's own directory its manifest is among them (the evaluation records its
+    files there).
 
     Raises
     ------
@@ -52,7 +53,7 @@ def check_out(out: str | Path | None, model_dir: str | Path, overwrite: bool = F
     out_dir = Path(out) if out else default_out(model_dir)
     if _is_own_directory(out_dir, model_dir):
         names = (*names, "manifest.json")  # the model's (algosel.learn.artifact.MANIFEST_FILE)
-    return check_output_dir(out_dir, "evaluate", names, overwrite=overwrite)
+    return check_output_dir(out_dir, "evaluate", names, overwrite=overwrite, replace_shipped=replace_shipped)
 
 
 def _manifest_with(model_dir: Path, files: dict[str, bytes], names: tuple[str, ...]) -> bytes | None:
@@ -76,6 +77,7 @@ def write_evaluation(
     files: dict[str, bytes],
     overwrite: bool = False,
     names: tuple[str, ...] = EVALUATE_FILES,
+    replace_shipped: bool = False,
 ) -> list[Path]:
     """Write an evaluation's files (name -> content) into ``out`` as one unit; any other file of ``names`` there
     (an earlier run's) is removed (:func:`algosel.files.write_output_dir`). In the model's own directory (how its
@@ -91,4 +93,6 @@ def write_evaluation(
         if manifest is not None:
             files[MANIFEST_FILE] = manifest
             names = (*names, MANIFEST_FILE)
-    return write_output_dir(out_dir, files, "evaluate", names, overwrite=overwrite, record=not own)
+    return write_output_dir(
+        out_dir, files, "evaluate", names, overwrite=overwrite, record=not own, replace_shipped=replace_shipped
+    )

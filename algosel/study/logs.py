@@ -110,8 +110,10 @@ def parse_log(path: str | Path) -> Iterator[LogCall]:
     path = Path(path)
     if path.is_dir():
         raise LogError(f"{path}: is a directory; give the log file")
-    if not path.is_file():
+    if not path.exists():
         raise LogError(f"{path}: no such log file")
+    if not path.is_file():  # /dev/null, a pipe: no log a cuDNN run wrote
+        raise LogError(f"{path}: not a regular file; give the log file")
     call: LogCall | None = None
     level = "I"
     stack: list[tuple[int, Field]] = []
