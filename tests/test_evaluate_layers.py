@@ -15,8 +15,8 @@ from conftest import REPO, SLICE
 from algosel.cli import main
 from algosel.learn.evaluate import Prepared, layers_totals, models_table, time_totals, with_pytorch_fallback
 from algosel.learn.selector import Selector
+from algosel.measure.layer_table import LAYER_FIELDS, SUITE_COLUMNS
 from algosel.measure.layers import load_layers, write_layers
-from algosel.measure.suites import LAYER_FIELDS, SUITE_COLUMNS
 from algosel.problem import ConvProblem
 from algosel.records import load_records, write_part
 from algosel.study.evaluation import LAYERS_SELECTORS, run_layers_evaluation
