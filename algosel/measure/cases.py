@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from algosel.measure.grid import GridSpec, sample_grid
-from algosel.measure.sweep import SweepCase
+from algosel.measure.sweeper import SweepCase
 from algosel.problem import DTYPES, LAYOUTS
 
 

@@ -42,15 +42,8 @@ from algosel.measure.ray_cluster import (
     task_options,
     task_slots,
 )
-from algosel.measure.sweep import (
-    SweepCase,
-    Sweeper,
-    SweepReport,
-    _StopSignals,
-    done_case_keys,
-    read_inflight,
-    shard_cases,
-)
+from algosel.measure.sweep import StopSignals, SweepReport, done_case_keys, read_inflight, shard_cases
+from algosel.measure.sweeper import SweepCase, Sweeper
 from algosel.records.store import Journal
 
 log = logging.getLogger(__name__)
@@ -93,7 +86,7 @@ class RaySweepReport(SweepReport):
 @dataclass(frozen=True)
 class GpuSweeperSpec:
     """What a worker needs to build the sweeper of ``algosel sweep`` on its GPU: a picklable stand-in for the
-    :class:`~algosel.measure.sweep.Sweeper`, whose spaces and timer hold CUDA state that cannot travel."""
+    :class:`~algosel.measure.sweeper.Sweeper`, whose spaces and timer hold CUDA state that cannot travel."""
 
     spaces: tuple[str, ...] = ("gemm", "pytorch", "cudnn")
     budget_ms: float = 10.0
@@ -202,7 +195,7 @@ def run_ray_sweep(
     ----------
     make_sweeper : callable
         Picklable; called once in each worker process (and sweep) to build its
-        :class:`~algosel.measure.sweep.Sweeper`: :class:`GpuSweeperSpec` for ``algosel sweep``.
+        :class:`~algosel.measure.sweeper.Sweeper`: :class:`GpuSweeperSpec` for ``algosel sweep``.
     task_resources : mapping
         What each task asks of the cluster: ``{"num_gpus": 1}`` (one GPU a task), ``{"num_cpus": 1}`` on a cluster
         of CPUs (tests), custom resources by name.
@@ -237,7 +230,7 @@ def run_ray_sweep(
     pending: dict[Any, list[SweepCase]] = {}
     sweep_id, start, task_s = uuid.uuid4().hex, time.monotonic(), []
     bar = tqdm(total=len(todo), desc=f"sweep ray {shard[0]}/{shard[1]}", unit="case", disable=not progress)
-    with _StopSignals() as stop:  # records SIGINT / SIGTERM; the loop below looks at it between waits
+    with StopSignals() as stop:  # records SIGINT / SIGTERM; the loop below looks at it between waits
         try:
             while (waiting or pending) and stop.signum is None:
                 limit = slots.limit()
