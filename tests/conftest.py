@@ -108,10 +108,10 @@ def _the_h200_model_on_another_gpu(request, monkeypatch):
         return
     import json
 
+    import algosel.learn.model_environment
     import algosel.learn.models
-    import algosel.learn.selector
 
     manifest = json.loads((algosel.learn.models.SHIPPED_MODELS / "h200-cudnn91900" / "manifest.json").read_text())
     env = {k: manifest["environment"][k] for k in ("gpu_name", "cudnn")}
-    for module in (algosel.learn.models, algosel.learn.selector):
+    for module in (algosel.learn.models, algosel.learn.model_environment):
         monkeypatch.setattr(module, "visible_gpu", lambda: dict(env))
