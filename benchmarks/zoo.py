@@ -223,13 +223,20 @@ def _selector(cls, path: str, force: bool = False):
 
 
 def selector_kwargs() -> dict:
-    """The hook's ``selector=`` for ``--model`` and ``--force`` (none: the shipped model for this GPU)."""
-    if not MODEL and not FORCE:
-        return {}
-    from algosel.learn.models import default_model_dir
+    """The hook's ``selector=``: the model of ``--model`` (with ``--force``, one made for another GPU), else the
+    shipped model for this GPU, loaded once for every mode's executor of the process (each would load its own: a
+    second or two apiece); none where this GPU has no shipped model, so that the hook says why as it does for users."""
+    from algosel.learn.models import default_model_dir, load_default
     from algosel.learn.selector import Selector
 
-    return {"selector": _selector(Selector, MODEL or str(default_model_dir()), force=FORCE)}
+    if MODEL or FORCE:
+        return {"selector": _selector(Selector, MODEL or str(default_model_dir()), force=FORCE)}
+    if "" not in _selectors:
+        try:
+            _selectors[""] = load_default()
+        except (ValueError, OSError):  # SelectorError: no model for this GPU; the hook's own fallback explains it
+            _selectors[""] = None
+    return {} if _selectors[""] is None else {"selector": _selectors[""]}
 
 
 def _run_steps(step, ctx, count: int, first: int = 0) -> None:
