@@ -109,11 +109,11 @@ def _the_h200_model_on_another_gpu(request, monkeypatch):
         return
     import json
 
+    import algosel.learn.model_environment
     import algosel.learn.models
-    import algosel.learn.selector
 
     joint = algosel.learn.models.SHIPPED_MODELS / "joint-h100-h200-cudnn91900"
     manifest = json.loads((joint / "manifest.json").read_text())
     env = {k: manifest["environment"][k] for k in ("gpu_name", "cudnn")}
-    for module in (algosel.learn.models, algosel.learn.selector):
+    for module in (algosel.learn.models, algosel.learn.model_environment):
         monkeypatch.setattr(module, "visible_gpu", lambda: dict(env))

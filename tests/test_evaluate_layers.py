@@ -15,11 +15,11 @@ from conftest import REPO, SLICE
 from algosel.cli import main
 from algosel.learn.evaluate import Prepared, layers_totals, models_table, time_totals, with_pytorch_fallback
 from algosel.learn.selector import Selector
+from algosel.measure.layer_table import LAYER_FIELDS, SUITE_COLUMNS
 from algosel.measure.layers import load_layers, write_layers
-from algosel.measure.suites import LAYER_FIELDS, SUITE_COLUMNS
 from algosel.problem import ConvProblem
 from algosel.records import load_records, write_part
-from algosel.study.evaluation import LAYERS_SELECTORS, run_layers_evaluation
+from algosel.study.evaluation_layers import LAYERS_SELECTORS, run_layers_evaluation
 
 SHIPPED = REPO / "models" / "joint-h100-h200-cudnn91900"
 
@@ -189,7 +189,7 @@ def test_params_from_takes_the_shipped_models_hyperparameters(tmp_path: Path, ca
 
 
 def test_the_models_differences_list_the_problems_furthest_apart_first() -> None:
-    from algosel.study.evaluation import _format_model_differences
+    from algosel.study.evaluation_text import format_model_differences
 
     table = pd.DataFrame(
         {"best": [1.0, 1.0, 1.0], "model": [1.0, 4.0, 1.02], "compare_model": [2.0, 1.0, 1.0],
@@ -197,8 +197,8 @@ def test_the_models_differences_list_the_problems_furthest_apart_first() -> None
          "compare_model_candidate": ["x", "y", "z"], "pytorch_default_candidate": ["pytorch:default"] * 3},
         index=pd.Index(["p1", "p2", "p3"], name="problem_key"),
     )  # fmt: skip
-    lines = _format_model_differences(table).splitlines()
+    lines = format_model_differences(table).splitlines()
     assert len(lines) == 3  # the header, p2 (4x apart), p1 (2x); p3 is within 5%
     assert lines[1].split()[:4] == ["p2", "1.0", "b", "4.00x"] and lines[2].split()[:4] == ["p1", "1.0", "a", "1.00x"]
     same = table.assign(compare_model=table["model"])
-    assert _format_model_differences(same) == "(none: every pick within 5% of the other's time)"
+    assert format_model_differences(same) == "(none: every pick within 5% of the other's time)"

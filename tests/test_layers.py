@@ -16,6 +16,8 @@ from torch import nn
 
 from algosel.cli import main
 from algosel.measure.cases import build_cases
+from algosel.measure.conv_calls import extract_conv_calls
+from algosel.measure.layer_table import LAYER_FIELDS, SUITE_COLUMNS
 from algosel.measure.layers import (
     LAYERS_COLUMNS,
     LayersError,
@@ -27,7 +29,7 @@ from algosel.measure.layers import (
     size_labels,
     write_layers,
 )
-from algosel.measure.suites import LAYER_FIELDS, SUITE_COLUMNS, FPNHead, extract_conv_calls, load_suite
+from algosel.measure.suites import FPNHead, load_suite
 from algosel.measure.sweep import Sweeper, run_sweep
 from algosel.measure.timing import FakeTimer
 from algosel.problem import ConvProblem

@@ -402,3 +402,18 @@ def test_h200_has_a_single_h200_environment_with_cudnn_9_19(h200) -> None:
     assert "H200" in env["gpu_name"]
     assert env["cudnn"] == 91900
     assert set(frame["env_id"]) == {env["env_id"]}
+
+
+def test_the_catalogue_gives_each_problem_its_own_rows_whatever_the_order_of_the_records(slice_records) -> None:
+    from algosel.records.catalogue import Catalogue
+
+    frame, _ = slice_records
+    shuffled = frame.sample(frac=1.0, random_state=0)  # the catalogue sorts them by problem itself
+    cat = Catalogue.from_records(shuffled)
+    expected = frame.groupby("problem_key")["candidate_id"].apply(sorted).to_dict()
+    assert len(cat) == len(expected)
+    for key, candidates in expected.items():
+        assert sorted(r["candidate_id"] for r in cat.rows(key)) == candidates
+    assert cat.rows("not-a-problem") is None
+    empty = Catalogue.from_records(frame.iloc[:0])
+    assert len(empty) == 0 and empty.extent() == {} and empty.rows(next(iter(expected))) is None

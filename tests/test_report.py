@@ -17,12 +17,11 @@ from algosel.learn.evaluate import SELECTORS, is_test_shape
 from algosel.problem import ConvProblem
 from algosel.records import RecordsError, load_records
 from algosel.records.analysis import comparison_table
-from algosel.study.report import (
+from algosel.study.report import add_parser, build_report
+from algosel.study.report_data import (
     KNOWN_SELECTORS,
     LABELS,
     ReportError,
-    add_parser,
-    build_report,
     compare,
     cudnn_version,
     worst_cases,
@@ -330,7 +329,7 @@ def test_worst_case_tables_fit_a_1280_px_window(with_model) -> None:
     the table is as wide as the page, never wider."""
     import re
 
-    from algosel.study.report import WORST_COLUMN_WIDTHS
+    from algosel.study.report_html import WORST_COLUMN_WIDTHS
 
     page = with_model.read_text(encoding="utf-8")
     style = page[page.index("<style>") : page.index("</style>")]

@@ -1,4 +1,4 @@
-"""Tests of algosel.measure.suites: layer extraction, the FPN / AlexNet-fc suites, CSV storage and problem lists."""
+"""Tests of measure.suites, conv_calls and layer_table: extraction, the FPN / AlexNet-fc suites, CSVs, problem lists."""
 
 from __future__ import annotations
 
@@ -9,18 +9,15 @@ import pytest
 import torch
 from torch import nn
 
+from algosel.measure.conv_calls import extract_layers
+from algosel.measure.layer_table import LAYER_FIELDS, SUITE_COLUMNS, suite_layer_problems, suite_problems
 from algosel.measure.suites import (
     DEFAULT_SUITES_DIR,
-    LAYER_FIELDS,
-    SUITE_COLUMNS,
     SUITES,
     FPNHead,
-    extract_layers,
     extract_suite,
     load_suite,
     load_suites,
-    suite_layer_problems,
-    suite_problems,
     write_suites,
 )
 from algosel.problem import ConvProblem

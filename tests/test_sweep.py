@@ -418,12 +418,12 @@ def _shortlist(sweeper: Sweeper, names: tuple[str, ...]) -> dict[str, dict]:
 
 
 def test_checked_against_the_first_candidate_no_reference_is_computed(monkeypatch) -> None:
-    import algosel.measure.sweep as sweep_mod
+    import algosel.measure.sweeper as sweeper_mod
 
     def no_reference(*args, **kwargs):
         raise AssertionError("the exact reference was computed")
 
-    monkeypatch.setattr(sweep_mod, "reference", no_reference)
+    monkeypatch.setattr(sweeper_mod, "reference", no_reference)
     sweeper = Sweeper([], FakeTimer(lambda label: TIMES[label]), ENV, device="cpu", reference="first")
     rows = _shortlist(sweeper, ("zeros", "untouched", "good"))
     assert rows["pytorch:default"]["status"] == "ok" and rows["pytorch:default"]["max_rel_error"] == 0.0
@@ -536,10 +536,10 @@ class _SlowBuilds(CandidateSpace):
 
 
 def _slow_sweeper(monkeypatch, times_ms: dict[str, float]) -> tuple[Sweeper, _SlowBuilds]:
-    import algosel.measure.sweep as sweep_mod
+    import algosel.measure.sweeper as sweeper_mod
 
     clock = [0.0]
-    monkeypatch.setattr(sweep_mod, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(sweeper_mod, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     timer = FakeTimer(lambda label: times_ms[label])
     return Sweeper([], timer, ENV, device="cpu", reference="first", slow_build_s=0.05), _SlowBuilds(clock)
 

@@ -19,13 +19,16 @@ kind in a process warns (:class:`ExtrapolationWarning`).
 A model with a time model (:mod:`algosel.learn.time_model`) also predicts each candidate's device time: every
 :class:`Choice` carries it, and :meth:`Selector.predicted_time_ms` gives it for any candidate of the list,
 PyTorch's default included.
+
+Three ideas live beside this module: what it answers (:mod:`algosel.learn.choice`: candidate rows and the
+:class:`Choice`), which GPU a loaded model ranks for (:mod:`algosel.learn.model_environment`), and its predicted
+times, kept per problem and list (:mod:`algosel.learn.predicted_time`).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,56 +42,33 @@ from algosel.learn.artifact import (
     save_artifact,
     space_of,
 )
+
+# Choice, candidate_row, offline_rows and DEFAULT_ID are the choice's; check_environment, new_gpu_fix and
+# JointModelWarning the model environment's: public names, importable from here as they always were.
+from algosel.learn.choice import (  # noqa: F401
+    DEFAULT_ID,
+    Choice,
+    candidate_row,
+    choice_of,
+    offline_rows,
+)
 from algosel.learn.compiled import attach_cached
 from algosel.learn.features import assemble, hardware_vector, listed_candidate_matrix
+from algosel.learn.model_environment import JointModelWarning, check_environment, new_gpu_fix  # noqa: F401
+from algosel.learn.predicted_time import (
+    RANKED,
+    PredictedTimes,
+    default_position,
+    predict_candidates,
+    predict_returned,
+)
 from algosel.learn.ranker import Ranker
 from algosel.learn.rules import allowed, on_shortlist
 from algosel.learn.time_model import TIME_MODEL_FILE, TimeModel
 from algosel.problem import ConvProblem
 from algosel.records.catalogue import Catalogue
-from algosel.records.environment import (
-    coverage,
-    gpu_slug,
-    mismatches,
-    model_environments,
-    visible_gpu,
-    visible_hardware,
-)
-from algosel.spaces import Candidate, get_space, space_names
-
-#: PyTorch's default's candidate id: the runtime compares a choice's predicted time with it.
-DEFAULT_ID = "pytorch:default"
-#: The key, beside a problem, of the times predicted for the list :meth:`Selector.rank_rows` ranked.
-RANKED = "ranked"
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One ranked candidate for a problem."""
-
-    candidate_id: str
-    space: str
-    engine_id: int
-    knobs: str
-    score: float
-    workspace_bytes: int | None
-    source: str  # "live", "records" or "nearest:<problem key>"
-    #: For a legacy candidate: the ``cudnnConvolution*Algo_t`` name (e.g.
-    #: ``CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM``), its C value (``engine_id``) and the math type
-    #: (``cudnnMathType_t`` name) to set on the convolution descriptor; empty otherwise.
-    cudnn_algo: str = ""
-    cudnn_math_type: str = ""
-    #: Where ``algosel.predict(..., measure=k)`` timed it on this GPU: the median device time; else None.
-    measured_time_ms: float | None = None
-    #: Whether the problem lies outside what the model's records cover (:meth:`Selector.coverage`), and why.
-    extrapolated: bool = False
-    extrapolation: str = ""
-    #: The time model's predicted device time of the candidate on this problem; ``None`` for a model without one.
-    predicted_time_ms: float | None = None
-    #: cuDNN's behaviour notes of an engine config, comma-separated (e.g. ``runtime_compilation``: its plan build
-    #: compiles its kernel); empty otherwise or where the list did not record them.
-    notes: str = ""
-
+from algosel.records.environment import model_environments
+from algosel.spaces import get_space, space_names
 
 #: A problem size (a field, or the FLOPs) more than this factor beyond the smallest or largest recorded one lies
 #: outside what a model covers: its answer is an extrapolation.
@@ -127,74 +107,6 @@ def _warn_extrapolation(problem: ConvProblem, why: str) -> None:
     )
 
 
-def candidate_row(c: Candidate, workspace_bytes: int = -1) -> dict[str, Any]:
-    """A candidate as a catalogue row (``workspace_bytes`` -1: unknown until its plan is built)."""
-    return {"candidate_id": c.candidate_id, "space": c.space, "engine_id": c.engine_id, "knobs": c.knobs,
-            "rank_a": c.rank_a, "rank_b": c.rank_b, "rank_fallback": c.rank_fallback, "notes": ",".join(c.notes),
-            "workspace_bytes": workspace_bytes, "status": "ok"}  # fmt: skip
-
-
-def offline_rows(problem: ConvProblem, spaces: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-    """The candidates ``problem`` has without a GPU or records (GEMM lowering where the math allows, PyTorch's
-    default), of the registered spaces in ``spaces`` (default: all), in registry order."""
-    rows = []
-    for name in space_names():
-        if spaces is not None and name not in spaces:
-            continue
-        cands = get_space(name).offline_candidates(problem)
-        rows += [candidate_row(c, workspace_bytes=0) for c in cands or ()]
-    return rows
-
-
-class JointModelWarning(UserWarning):
-    """A joint model ranks for a GPU it was not trained on, one of the same family (warned once per process)."""
-
-
-_joint_warned: set[str] = set()
-
-
-def new_gpu_fix(here: Mapping[str, Any]) -> str:
-    """The commands that make a model for the GPU ``here`` (docs/selector.md, "A GPU of your own")."""
-    slug = gpu_slug(here)
-    return f"`algosel sweep --quick 20 --out data/sweeps/{slug}` then `algosel train data/sweeps/{slug}`"
-
-
-def check_environment(
-    model_env: Mapping[str, Any] | Sequence[Mapping[str, Any]], directory: Path | str, force: bool
-) -> dict[str, Any]:
-    """The environment whose hardware features the model ranks for here; refuse (or, with ``force``, warn about)
-    a model that does not cover the visible GPU and cuDNN (:func:`~algosel.records.environment.coverage`).
-
-    ``model_env``: the model's environment, or a joint model's environments (main first). Without a GPU the
-    model answers for its main environment; on a GPU it trained on, for that GPU; on a GPU of a joint model's
-    family, for this GPU's own hardware (warned once: its picks there are unmeasured)."""
-    envs = [dict(model_env)] if isinstance(model_env, Mapping) else [dict(e) for e in model_env]
-    here = visible_gpu()
-    if here is None:
-        return envs[0]  # offline use (no GPU here): the model is read for its own GPU
-    kind, env = coverage(envs, here)
-    if kind == "exact":
-        return env
-    if kind == "family":
-        trained = ", ".join(str(e.get("gpu_name")) for e in envs)
-        if str(directory) not in _joint_warned:
-            _joint_warned.add(str(directory))
-            warnings.warn(
-                f"algosel: {here.get('gpu_name')} has no model of its own; {directory} is a joint model of {trained} "
-                f"(compute capability {env.get('compute_capability')}, cuDNN {env.get('cudnn')}) and ranks for "
-                f"this GPU's hardware, unmeasured here; make a model of its own with {new_gpu_fix(here)}",
-                JointModelWarning,
-                stacklevel=3,
-            )
-        return {**env, **visible_hardware(), "gpu_name": here.get("gpu_name")}
-    found = mismatches(envs[0], here)
-    text = f"{directory} was trained for another environment: this process has {', '.join(found)}"
-    if not force:
-        raise SelectorError(text + f"; make a model for this GPU with {new_gpu_fix(here)}, or pass force=True")
-    warnings.warn(text, stacklevel=3)
-    return envs[0]
-
-
 class Selector:
     """A loaded model: ``Selector.load(path)``; then :meth:`choose`. Not thread-safe (memoisation dicts)."""
 
@@ -227,10 +139,8 @@ class Selector:
         self._listed = tuple(s for s in self.spaces if s in space_names() and get_space(s).from_lists)
         self._cache: dict[tuple, list[Choice]] = {}
         self._matrices: dict[tuple, tuple[list[int], np.ndarray]] = {}  # candidate feature rows per candidate list
-        # Predicted times by (problem, live) as choose() filled them, or (problem, RANKED) as rank_rows() did.
-        self._times: dict[tuple, dict[str, float]] = {}
+        self._times = PredictedTimes()  # the times choose() and rank_rows() predicted, per problem and list
         self._nearest_rows: dict[str, list[dict[str, Any]]] = {}  # a nearest problem's rows, as new problems get them
-        self._ranked_rows: dict[ConvProblem, list[dict[str, Any]]] = {}  # the last list rank_rows ranked per problem
         self._hardware = hardware_vector(self.target)
         #: Where it was loaded from (None: made in memory): the runtime reads the model's calibration there.
         self.directory: Path | None = None
@@ -377,9 +287,7 @@ class Selector:
         The times predicted for the candidates returned (and PyTorch's default) are kept for
         :meth:`predicted_time_ms` of the same list."""
         if self.time_model is not None:
-            self._ranked_rows[problem] = rows
-            # the times of another list ranked before are of other list-context features: the last list's only
-            self._times.pop((problem, RANKED), None)
+            self._times.ranking(problem, rows)
         return self._rank(
             problem, rows, "live", None, max_workspace_bytes, False, len(rows), time_key=(problem, RANKED)
         )
@@ -387,17 +295,7 @@ class Selector:
     def _rank(
         self, problem, all_rows, source, mkey, max_workspace_bytes, deterministic, top_k, time_key=None
     ) -> list[Choice]:
-        # Features are built for the shortlist only (it depends on the list alone, so it is cached with it).
-        cached = self._matrices.get(mkey) if mkey is not None else None
-        if cached is None:
-            shortlist = self.manifest.get("shortlist_rank")
-            eligible = [
-                i for i, r in enumerate(all_rows) if on_shortlist(r["space"], r["rank_a"], r["rank_b"], shortlist)
-            ]
-            cached = (eligible, listed_candidate_matrix([all_rows[i] for i in eligible], all_rows))
-            if mkey is not None:
-                self._matrices[mkey] = cached
-        eligible, matrix = cached
+        eligible, matrix = self._shortlist(all_rows, mkey)
         notes_recorded = bool(self.manifest.get("numeric_notes_recorded", False))
         positions = [j for j, i in enumerate(eligible)
                      if allowed(all_rows[i], problem.direction, problem.dtype, self.blocked, max_workspace_bytes,
@@ -410,41 +308,36 @@ class Selector:
             )
         rows = [all_rows[i] for i in keep]
         X_all = assemble(problem, matrix, self.target, self._hardware)
-        X = X_all[positions]
-        scores = self.ranker.score(X)
+        scores = self.ranker.score(X_all[positions])
         order = np.argsort(-scores, kind="stable")[: max(1, top_k)]
         times: list[float | None] = [None] * len(order)
         if self.time_model is not None:
             # Times only for the candidates returned, and PyTorch's default beside them in the same call (the
             # runtime asks for it next): the time model walks its trees once per row, and each call has a cost.
-            default = [j for j, i in enumerate(eligible) if all_rows[i]["candidate_id"] == DEFAULT_ID][:1]
-            predicted = self.time_model.predict_ms(X_all[[positions[i] for i in order] + default]).tolist()
-            times = predicted[: len(order)]
+            default = default_position([all_rows[i] for i in eligible])
+            times, default_ms = predict_returned(self.time_model, X_all, [positions[i] for i in order], default)
             if time_key is not None:
-                known = self._times.setdefault(time_key, {})
-                known.update(zip((rows[i]["candidate_id"] for i in order), times))
-                if default:
-                    known[DEFAULT_ID] = predicted[-1]
+                known = dict(zip((rows[i]["candidate_id"] for i in order), times))
+                self._times.keep(time_key, known if default_ms is None else {**known, DEFAULT_ID: default_ms})
         why = self.coverage(problem, source)
         if why:
             _warn_extrapolation(problem, why)
-        return [
-            Choice(
-                candidate_id=rows[i]["candidate_id"],
-                space=rows[i]["space"],
-                engine_id=int(rows[i]["engine_id"]),
-                knobs=rows[i]["knobs"] or "",
-                score=float(scores[i]),
-                workspace_bytes=None if rows[i]["workspace_bytes"] < 0 else int(rows[i]["workspace_bytes"]),
-                source=source,
-                **_legacy_names(problem, rows[i]),
-                extrapolated=bool(why),
-                extrapolation=why,
-                predicted_time_ms=t,
-                notes=str(rows[i].get("notes") or ""),
-            )
-            for i, t in zip(order, times)
-        ]
+        return [choice_of(problem, rows[i], scores[i], source, why, t) for i, t in zip(order, times)]
+
+    def _shortlist(self, all_rows: list[dict[str, Any]], mkey: tuple | None) -> tuple[list[int], np.ndarray]:
+        """The positions of ``all_rows`` on the shortlist and their candidate feature rows; cached by ``mkey``.
+
+        Features are built for the shortlist only: it depends on the list alone, so it is cached with it."""
+        cached = self._matrices.get(mkey) if mkey is not None else None
+        if cached is None:
+            shortlist = self.manifest.get("shortlist_rank")
+            eligible = [
+                i for i, r in enumerate(all_rows) if on_shortlist(r["space"], r["rank_a"], r["rank_b"], shortlist)
+            ]
+            cached = (eligible, listed_candidate_matrix([all_rows[i] for i in eligible], all_rows))
+            if mkey is not None:
+                self._matrices[mkey] = cached
+        return cached
 
     def predicted_time_ms(
         self,
@@ -484,21 +377,16 @@ class Selector:
                 "this model has no time model (trained before it existed); retrain with `algosel train`"
             )
         # Times predicted already for the same list, by choose() (the model's own list) or rank_rows() (that list)
-        key = (problem, live) if rows is None else (problem, RANKED) if rows is self._ranked_rows.get(problem) else None
-        known = self._times.get(key, {}) if key is not None else {}
+        known = self._times.known(problem, rows, live)
         if all(c in known for c in candidate_ids):
             return {c: known[c] for c in candidate_ids}
         if rows is None:
             rows, _ = self.candidates_for(problem, live=live)
-        index = {r["candidate_id"]: r for r in rows}
-        missing = [c for c in candidate_ids if c not in index]
-        if missing:
-            raise ValueError(f"{missing[0]!r} is not a candidate of {problem.key} ({len(rows)} candidates)")
-        if not candidate_ids:
-            return {}
-        picked = [index[c] for c in candidate_ids]
-        X = assemble(problem, listed_candidate_matrix(picked, rows), self.target, self._hardware)
-        return dict(zip(candidate_ids, self.time_model.predict_ms(X).tolist()))
+        return predict_candidates(self.time_model, problem, candidate_ids, rows, self._features)
+
+    def _features(self, problem: ConvProblem, matrix: np.ndarray) -> np.ndarray:
+        """The model's features of ``problem`` beside a candidate matrix, for the GPU ranked for."""
+        return assemble(problem, matrix, self.target, self._hardware)
 
     def host_us(self, problem: ConvProblem, candidate_ids) -> dict[str, float]:
         """Host time per call of ``candidate_ids`` as the records measured it (the sweep's ``host_overhead_us``) on
@@ -512,20 +400,10 @@ class Selector:
         """Device time the candidate saves over PyTorch's default per call, where both were measured on this
         very problem; else None."""
         t = self.catalogue.time_ms(problem.key, candidate_id)
-        t_default = self.catalogue.time_ms(problem.key, "pytorch:default")
+        t_default = self.catalogue.time_ms(problem.key, DEFAULT_ID)
         if t is None or t_default is None:
             return None
         return 1000.0 * (t_default - t)
-
-
-def _legacy_names(problem: ConvProblem, row: Mapping[str, Any]) -> dict[str, str]:
-    if row["space"] != "legacy":
-        return {}
-    from algosel.spaces.cudnn_legacy import algo_enum_name  # noqa: PLC0415
-
-    math_type = (row.get("knobs") or "").removeprefix("math=")
-    return {"cudnn_algo": algo_enum_name(problem.direction, int(row["engine_id"])),
-            "cudnn_math_type": f"CUDNN_{math_type}"}  # fmt: skip
 
 
 def build_catalogue(frame: pd.DataFrame) -> pd.DataFrame:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from algosel.measure.grid import GridSpec, sample_grid
-from algosel.measure.sweep import SweepCase
+from algosel.measure.sweeper import SweepCase
 from algosel.problem import DTYPES, LAYOUTS
 
 
@@ -30,6 +30,7 @@ def build_cases(
     suite, then the grid.
     """
     from algosel.measure import suites as suite_mod  # noqa: PLC0415 - pandas import only when needed
+    from algosel.measure.layer_table import suite_problems  # noqa: PLC0415
     from algosel.measure.layers import layers_problems, load_layers  # noqa: PLC0415
 
     for d in dtypes:
@@ -54,7 +55,7 @@ def build_cases(
         frame = suite_mod.load_suite(name, **kwargs)
         for dtype in dtypes:
             for layout in layouts:
-                for p in suite_mod.suite_problems(frame, dtype=dtype, layout=layout):
+                for p in suite_problems(frame, dtype=dtype, layout=layout):
                     cases.setdefault(p.case_key, SweepCase(p, f"suite:{name}"))
     if grid is not None and grid.count > 0:
         shapes = sample_grid(grid)  # float32 budgets: the larger element size bounds both dtypes

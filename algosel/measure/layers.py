@@ -1,20 +1,20 @@
 """Layers files: the convolution calls of any model, in the suite format, for a user's own networks.
 
 ``algosel layers --model torchvision.models:resnet50 --input 32,3,224,224 --out layers.csv`` imports a model,
-runs it once on meta tensors (as the suites are extracted: :func:`algosel.measure.suites.extract_conv_calls`) and
+runs it once on meta tensors (as the suites are extracted: :func:`algosel.measure.conv_calls.extract_conv_calls`) and
 writes one row per 2-D convolution call. ``algosel sweep --layers layers.csv`` measures the shapes of such a file
 and ``algosel evaluate --layers layers.csv`` judges a model on them.
 
-A layers file has the columns of a suite (:data:`~algosel.measure.suites.SUITE_COLUMNS`: network, layer, the
-shape fields, size), optionally :data:`~algosel.measure.suites.LAYOUT_COLUMN`, the layout the network ran the call in
-(``algosel layers`` records it from the call's strides; ``algosel sweep --layers`` measures each row in it as well as
-in the layouts asked), and optionally :data:`CALLS_COLUMN`, how many calls a row stands for (one when absent: the
-rows of ``algosel layers`` are single calls in execution order), and optionally
-:data:`~algosel.measure.suites.INPUT_GRAD_COLUMN`, whether the call's input needs a gradient in training (``algosel
-layers`` records it from autograd; where absent, :mod:`algosel.measure.steps` tells it from the call's position: a
-network's first call takes its images). The runtime hook's record of the problems it met
-without records (:mod:`algosel.runtime.unseen`) is a layers file of network :data:`UNSEEN_NETWORK` with one row
-per shape and its call count.
+A layers file is a layer table (:mod:`algosel.measure.layer_table`): the columns of a suite
+(:data:`~algosel.measure.layer_table.SUITE_COLUMNS`: network, layer, the shape fields, size), optionally
+:data:`~algosel.measure.layer_table.LAYOUT_COLUMN`, the layout the network ran the call in (``algosel layers``
+records it from the call's strides; ``algosel sweep --layers`` measures each row in it as well as in the layouts
+asked), and optionally :data:`CALLS_COLUMN`, how many calls a row stands for (one when absent: the rows of ``algosel
+layers`` are single calls in execution order), and optionally :data:`~algosel.measure.layer_table.INPUT_GRAD_COLUMN`,
+whether the call's input needs a gradient in training (``algosel layers`` records it from autograd; where absent,
+:mod:`algosel.measure.steps` tells it from the call's position: a network's first call takes its images). The runtime
+hook's record of the problems it met without records (:mod:`algosel.runtime.unseen`) is a layers file of network
+:data:`UNSEEN_NETWORK` with one row per shape and its call count.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ import torch
 from torch import nn
 
 from algosel.files import write_text
-from algosel.measure.suites import (
+from algosel.measure.conv_calls import extract_conv_calls
+from algosel.measure.layer_table import (
     INPUT_GRAD_COLUMN,
     LAYER_FIELDS,
     LAYOUT_COLUMN,
     SUITE_COLUMNS,
-    extract_conv_calls,
     read_layer_table,
     suite_problems,
 )
@@ -218,9 +218,10 @@ def model_layers(
     Returns
     -------
     (pandas.DataFrame, dict)
-        Columns :data:`~algosel.measure.suites.SUITE_COLUMNS`, ``layout`` and ``input_grad`` (1 where the call's input
-        requires a gradient, so that a training step computes its ``bwd_data``); and the convolutions algosel does not
-        cover (1-D, 3-D, transposed), calls per function name summed over the inputs.
+        Columns :data:`~algosel.measure.layer_table.SUITE_COLUMNS`, ``layout`` and ``input_grad`` (1 where the
+        call's input requires a gradient, so that a training step computes its ``bwd_data``); and the
+        convolutions algosel does not cover (1-D, 3-D, transposed), calls per function name summed over the
+        inputs.
 
     Raises
     ------
@@ -277,7 +278,7 @@ def load_layers(path: str | Path) -> pd.DataFrame:
     ------
     ValueError
         One line naming the file and, for a bad value, its line and column
-        (:func:`~algosel.measure.suites.read_layer_table`).
+        (:func:`~algosel.measure.layer_table.read_layer_table`).
     """
     frame = read_layer_table(path, "layers file", extra_int_columns=(CALLS_COLUMN,))
     if LAYOUT_COLUMN not in frame:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from algosel.measure.grid import GridSpec
-from algosel.measure.sweep import SweepCase
+from algosel.measure.sweeper import SweepCase
 
 #: Shapes of the shipped H200 grid (``data/sweeps/h200``: 300 shapes of seed 0): the shared ones come from these.
 SHIPPED_GRID_SHAPES = 300

@@ -42,15 +42,8 @@ from algosel.measure.ray_cluster import (
     task_options,
     task_slots,
 )
-from algosel.measure.sweep import (
-    SweepCase,
-    Sweeper,
-    SweepReport,
-    _StopSignals,
-    done_case_keys,
-    read_inflight,
-    shard_cases,
-)
+from algosel.measure.sweep import StopSignals, SweepReport, done_case_keys, read_inflight, shard_cases
+from algosel.measure.sweeper import SweepCase, Sweeper
 from algosel.records.store import Journal
 
 log = logging.getLogger(__name__)
@@ -93,7 +86,7 @@ class RaySweepReport(SweepReport):
 @dataclass(frozen=True)
 class GpuSweeperSpec:
     """What a worker needs to build the sweeper of ``algosel sweep`` on its GPU: a picklable stand-in for the
-    :class:`~algosel.measure.sweep.Sweeper`, whose spaces and timer hold CUDA state that cannot travel."""
+    :class:`~algosel.measure.sweeper.Sweeper`, whose spaces and timer hold CUDA state that cannot travel."""
 
     spaces: tuple[str, ...] = ("gemm", "pytorch", "cudnn")
     budget_ms: float = 10.0
@@ -202,7 +195,7 @@ def run_ray_sweep(
     ----------
     make_sweeper : callable
         Picklable; called once in each worker process (and sweep) to build its
-        :class:`~algosel.measure.sweep.Sweeper`: :class:`GpuSweeperSpec` for ``algosel sweep``.
+        :class:`~algosel.measure.sweeper.Sweeper`: :class:`GpuSweeperSpec` for ``algosel sweep``.
     task_resources : mapping
         What each task asks of the cluster: ``{"num_gpus": 1}`` (one GPU a task), ``{"num_cpus": 1}`` on a cluster
         of CPUs (tests), custom resources by name.
@@ -219,60 +212,21 @@ def run_ray_sweep(
     from tqdm.auto import tqdm  # noqa: PLC0415
 
     ray = require_ray()
-    if max_retries < 0:
-        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-    remote = ray.remote(max_retries=max_retries, **task_options(task_resources))(measure_chunk)
-    died = _worker_died_errors(ray)
+    remote = _remote_chunks(ray, task_resources, max_retries)
     slots = _Slots(ray, task_resources, max_in_flight)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tag = f"{shard[0]}of{shard[1]}"  # a local sweep's files of the shard: either continues the other
-    journal = Journal(out_dir / f"journal-{tag}.jsonl")
-    inflight_path = out_dir / f"inflight-{tag}.json"
+    tag, journal, inflight_path = _shard_files(out_dir, shard)
     report = RaySweepReport()
     todo, crashed = _todo(cases, shard, journal, out_dir, inflight_path, resume_from, retry_crashed, report)
     waiting = deque(chunked(todo, chunk_cases))
-    if waiting:
+    tasks = _Tasks(ray, remote, _worker_died_errors(ray), make_sweeper, journal, report, waiting)
+    if tasks.waiting:
         slots.limit()  # a cluster without room for a task: said before anything starts
-    pending: dict[Any, list[SweepCase]] = {}
-    sweep_id, start, task_s = uuid.uuid4().hex, time.monotonic(), []
     bar = tqdm(total=len(todo), desc=f"sweep ray {shard[0]}/{shard[1]}", unit="case", disable=not progress)
-    with _StopSignals() as stop:  # records SIGINT / SIGTERM; the loop below looks at it between waits
-        try:
-            while (waiting or pending) and stop.signum is None:
-                limit = slots.limit()
-                while (waiting and len(pending) < limit
-                       and _fits(time_budget_s, time.monotonic() - start, task_s, len(pending), limit)):  # fmt: skip
-                    chunk = waiting.popleft()
-                    pending[remote.remote(sweep_id, make_sweeper, chunk)] = chunk
-                if not pending:
-                    break  # the budget allows no further task
-                done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_S)
-                for ref in done:
-                    chunk = pending.pop(ref)
-                    try:
-                        result: ChunkResult = ray.get(ref)
-                    except died as exc:
-                        _worker_died(chunk, exc, waiting, crashed, inflight_path, max_retries, report)
-                        continue
-                    except ray.exceptions.RayTaskError as exc:
-                        cause = getattr(exc, "cause", None)
-                        if isinstance(cause, ValueError):  # the sweep's own one-line errors (no GPU, a space)
-                            raise ValueError(str(cause)) from exc
-                        raise
-                    for key, rows in result.cases:
-                        journal.append(key, rows, result.environment)
-                    report.measured += len(result.cases)
-                    report.tasks += 1
-                    report.workers[result.worker] = report.workers.get(result.worker, 0) + len(result.cases)
-                    task_s.append(result.seconds)
-                    bar.update(len(result.cases))
-                    bar.set_postfix_str(f"{len(report.workers)} workers")
-        finally:
-            for ref in pending:  # stopped, or a failure: nothing of this sweep keeps running on the cluster
-                ray.cancel(ref)  # Python code stops between two statements, as a local sweep's case in flight
-            bar.close()
-        report.left_for_later = sum(map(len, waiting)) + sum(map(len, pending.values()))
+    with StopSignals() as stop:  # records SIGINT / SIGTERM; the loop below looks at it between waits
+        tasks.run(slots, stop, time_budget_s, bar, lambda chunk, exc: _worker_died(
+            chunk, exc, tasks.waiting, crashed, inflight_path, max_retries, report))  # fmt: skip
+        report.left_for_later = sum(map(len, tasks.waiting)) + sum(map(len, tasks.pending.values()))
         report.interrupted = stop.signum
         if not crashed:
             inflight_path.unlink(missing_ok=True)
@@ -280,6 +234,83 @@ def run_ray_sweep(
     if report.interrupted:
         log.warning("sweep %s on Ray stopped by signal %d", tag, report.interrupted)
     return report
+
+
+def _remote_chunks(ray: Any, task_resources: Mapping[str, float], max_retries: int) -> Any:
+    """:func:`measure_chunk` as a Ray remote function asking ``task_resources``, retried ``max_retries`` times."""
+    if max_retries < 0:
+        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+    return ray.remote(max_retries=max_retries, **task_options(task_resources))(measure_chunk)
+
+
+def _shard_files(out_dir: Path, shard: tuple[int, int]) -> tuple[str, Journal, Path]:
+    """The shard's tag, journal and in-flight counts in ``out_dir`` (made where missing): a local sweep's files of
+    the shard, so that either continues the other."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tag = f"{shard[0]}of{shard[1]}"
+    return tag, Journal(out_dir / f"journal-{tag}.jsonl"), out_dir / f"inflight-{tag}.json"
+
+
+@dataclass
+class _Tasks:
+    """The chunk tasks of one sweep on Ray: those waiting to be submitted, those submitted, and what came back."""
+
+    ray: Any
+    remote: Any  # measure_chunk as a Ray remote function
+    died: tuple[type[BaseException], ...]  # the errors of a task whose worker died (_worker_died_errors)
+    make_sweeper: Callable[[], Sweeper]
+    journal: Journal
+    report: RaySweepReport
+    waiting: deque[list[SweepCase]]
+    pending: dict[Any, list[SweepCase]] = field(default_factory=dict)
+    task_s: list[float] = field(default_factory=list)  # the time each finished task took
+
+    def run(self, slots: _Slots, stop: StopSignals, time_budget_s: float | None, bar: Any,
+            on_died: Callable[[list[SweepCase], BaseException], None]) -> None:  # fmt: skip
+        """Submit and collect tasks until none is left, the budget allows no further one, or a signal came; then
+        cancel those still pending (nothing of this sweep keeps running on the cluster) and close ``bar``."""
+        sweep_id, start = uuid.uuid4().hex, time.monotonic()
+        try:
+            while (self.waiting or self.pending) and stop.signum is None:
+                limit = slots.limit()
+                while self.waiting and len(self.pending) < limit and _fits(
+                        time_budget_s, time.monotonic() - start, self.task_s, len(self.pending), limit):  # fmt: skip
+                    chunk = self.waiting.popleft()
+                    self.pending[self.remote.remote(sweep_id, self.make_sweeper, chunk)] = chunk
+                if not self.pending:
+                    return  # the budget allows no further task
+                done, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=_WAIT_S)
+                for ref in done:
+                    self._collect(ref, self.pending.pop(ref), bar, on_died)
+        finally:
+            for ref in self.pending:
+                self.ray.cancel(ref)  # Python code stops between two statements, as a local sweep's case in flight
+            bar.close()
+
+    def _collect(self, ref: Any, chunk: list[SweepCase], bar: Any, on_died: Callable[..., None]) -> None:
+        """A finished task's result recorded; a lost worker handed to ``on_died``; the sweep's own errors raised."""
+        try:
+            result: ChunkResult = self.ray.get(ref)
+        except self.died as exc:
+            on_died(chunk, exc)
+            return
+        except self.ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ValueError):  # the sweep's own one-line errors (no GPU, a space)
+                raise ValueError(str(cause)) from exc
+            raise
+        self._record(result, bar)
+
+    def _record(self, result: ChunkResult, bar: Any) -> None:
+        """A finished task's cases into the journal, and its worker and time into the report."""
+        for key, rows in result.cases:
+            self.journal.append(key, rows, result.environment)
+        self.report.measured += len(result.cases)
+        self.report.tasks += 1
+        self.report.workers[result.worker] = self.report.workers.get(result.worker, 0) + len(result.cases)
+        self.task_s.append(result.seconds)
+        bar.update(len(result.cases))
+        bar.set_postfix_str(f"{len(self.report.workers)} workers")
 
 
 def _todo(cases, shard, journal, out_dir, inflight_path, resume_from, retry_crashed, report):

@@ -8,7 +8,7 @@ anything, and an evaluation that counts it judges the selector where nobody gain
 Where it comes from, in order:
 
 - a layers file's ``input_grad`` column (:data:`INPUT_GRAD_COLUMN`: 1 or 0, empty where not recorded), which
-  ``algosel layers`` writes from autograd itself (:func:`algosel.measure.suites.extract_conv_calls` runs the model
+  ``algosel layers`` writes from autograd itself (:func:`algosel.measure.conv_calls.extract_conv_calls` runs the model
   with gradients on, on meta tensors, and records whether each call's input requires a gradient);
 - else the position in the network: the first call of each (network, size) block takes the network's input, which
   needs no gradient, unless the suite's spec says its inputs are features of a trained backbone
@@ -26,7 +26,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from algosel.measure.suites import INPUT_GRAD_COLUMN, LAYER_FIELDS, SUITES, SuiteSpec
+from algosel.measure.layer_table import INPUT_GRAD_COLUMN, LAYER_FIELDS
+from algosel.measure.suites import SUITES, SuiteSpec
 from algosel.problem import ConvProblem
 
 #: The network name of the runtime hook's record of unseen problems (:data:`algosel.measure.layers.UNSEEN_NETWORK`).

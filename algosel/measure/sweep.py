@@ -1,29 +1,18 @@
-"""The sweeper: measure every candidate of every space on every problem of a list of cases.
+"""Driving a sweep: the cases of a shard, resumed where a run stopped, through a journal, within a time budget.
 
-A *case* is one shape x dtype x layout; the sweeper measures its three directions together (they share the
-shape, and the runtime hook needs all three). For each problem it
-
-1. makes several operand sets of fresh random values and the reference result of the first (float32, TF32 off);
-2. enumerates the candidates of every space;
-3. prepares each candidate (a build failure is a record), skips one needing more workspace than the limit
-   (a record), runs it once on a poisoned output and compares with the reference (a mismatch is a record,
-   never a timing), then times it with the injected timer.
-
-:func:`run_sweep` drives the cases with resumption, sharding, a time budget and a progress bar; records go
-through a :class:`~algosel.records.Journal` so a killed sweep loses at most the case in flight. A case that ends
-the process (a crash inside a library) twice is skipped by later runs: ``inflight-<shard>.json`` counts the
-attempts, written atomically before and after every case. SIGINT and SIGTERM are not crashes: they stop the sweep
-between two statements of the case in flight, which is dropped and not counted, the journal is compacted, and the
-report says which signal stopped it (the command line exits with 128 + its number).
+:func:`run_sweep` measures cases with a :class:`~algosel.measure.sweeper.Sweeper`, with resumption, sharding, a time
+budget and a progress bar; records go through a :class:`~algosel.records.Journal` so a killed sweep loses at most
+the case in flight. A case that ends the process (a crash inside a library) twice is skipped by later runs:
+``inflight-<shard>.json`` counts the attempts, written atomically before and after every case. SIGINT and SIGTERM
+are not crashes: they stop the sweep between two statements of the case in flight, which is dropped and not
+counted, the journal is compacted, and the report says which signal stopped it (the command line exits with 128 +
+its number).
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import logging
-import math
 import signal
 import threading
 import time
@@ -34,247 +23,29 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from algosel.files import write_text
-from algosel.measure.timing import Timer
-from algosel.operands import TOLERANCE, make_operands, math_mode, reference, relative_error
-from algosel.problem import ConvProblem
-from algosel.records.schema import Record
+
+# SweepCase and Sweeper are the sweeper's; importable from here, where the command line and the runtime find them.
+from algosel.measure.sweeper import SweepCase, Sweeper
 from algosel.records.store import Journal, load_records, part_paths
-from algosel.spaces.base import Candidate, CandidateError, CandidateSpace
+
+__all__ = [
+    "StopSignals",
+    "SweepCase",
+    "SweepInterrupted",
+    "SweepReport",
+    "Sweeper",
+    "done_case_keys",
+    "journal_case_keys",
+    "parse_shard",
+    "read_inflight",
+    "run_sweep",
+    "shard_cases",
+]
 
 log = logging.getLogger(__name__)
 
-#: Default limit on a candidate's workspace (larger ones are recorded as ``workspace_exceeded``).
-DEFAULT_WORKSPACE_LIMIT_BYTES = 8 << 30
 
-
-@dataclass(frozen=True)
-class SweepCase:
-    """One shape x dtype x layout to measure in all three directions; ``source`` says where it came from."""
-
-    problem: ConvProblem
-    source: str
-
-    @property
-    def key(self) -> str:
-        return self.problem.case_key
-
-
-def _row(problem: ConvProblem, source: str, cand: Candidate, env_id: str, **measured: Any) -> dict[str, Any]:
-    return Record.of(problem, source, cand, env_id, **measured).to_dict()
-
-
-def _engine_kind(cand: Candidate, problem: ConvProblem) -> tuple:
-    """What the sweeper's slow-build rule remembers of an engine: the engine and the kind of problem it built for."""
-    return (cand.space, cand.engine_id, problem.direction, problem.dtype, problem.layout, problem.groups > 1)
-
-
-class Sweeper:
-    """Measures the candidates of ``spaces`` on problems (see the module docstring).
-
-    Parameters
-    ----------
-    spaces : sequence of CandidateSpace
-    timer : Timer
-        :class:`~algosel.measure.timing.CudaEventTimer` on a GPU, :class:`~algosel.measure.timing.FakeTimer` in tests.
-    environment : dict
-        The environment record (its ``env_id`` goes into every row).
-    device : str
-        Where operands live (``"cuda"``; ``"cpu"`` for tests of the GEMM and PyTorch spaces).
-    operand_sets : int
-        Operand sets rotated through while timing (no cache-warm inputs).
-    workspace_limit_bytes : int
-    reference : str
-        What a candidate's result is checked against: ``"exact"``, the problem computed in float32 with TF32 off
-        (sweeps); ``"first"``, the result of the first candidate measured (the runtime's measured shortlist lists
-        PyTorch's default first: a candidate must agree with what PyTorch computes, and no reference computation
-        of its own is paid, which costs a new PyTorch plan per problem), or the exact one where that fails.
-    math : str
-        ``"problem"``: PyTorch's TF32 switches set for the problem's dtype (:func:`~algosel.operands.math_mode`);
-        ``"caller"``: left as the caller has them (the runtime times candidates under the switches its calls
-        run with: PyTorch's plan cache is keyed by them, so its default runs on the plan the process already has).
-    slow_build_s : float or None
-        The runtime's limit on building: an engine whose candidate took longer than this to prepare, and was not the
-        fastest on its problem, is not prepared again by this sweeper for problems of the same kind (direction,
-        dtype, layout, grouped or not): its other knobs on this problem and later ones are left out, without a
-        record. The kind matters: engines 19 and 16 of a float16 depthwise 7x7 weight gradient are 1.5-4.3x slower
-        than PyTorch's default in NHWC and 5-11x faster in NCHW (ConvNeXt-T's layers, ``data/sweeps/h200-zoo-nhwc``),
-        and one network can run both layouts. Such a build (0.14-1.04 s for those engines on the H200, against 2-14
-        ms for the others) is paid once per problem and process; sweeps keep ``None`` (every candidate measured).
-    """
-
-    def __init__(
-        self,
-        spaces: Sequence[CandidateSpace],
-        timer: Timer,
-        environment: dict[str, Any],
-        device: str = "cuda",
-        operand_sets: int = 3,
-        workspace_limit_bytes: int = DEFAULT_WORKSPACE_LIMIT_BYTES,
-        seed: int = 0,
-        reference: str = "exact",
-        math: str = "problem",
-        slow_build_s: float | None = None,
-    ):
-        if reference not in ("exact", "first"):
-            raise ValueError(f"reference must be 'exact' or 'first', got {reference!r}")
-        if math not in ("problem", "caller"):
-            raise ValueError(f"math must be 'problem' or 'caller', got {math!r}")
-        self.reference = reference
-        self.math = math
-        self.spaces = list(spaces)
-        self.timer = timer
-        self.environment = environment
-        self.device = device
-        self.operand_sets = operand_sets
-        self.workspace_limit_bytes = workspace_limit_bytes
-        self.seed = seed
-        self.slow_build_s = slow_build_s
-        #: The engines whose plan took longer than ``slow_build_s`` to build and was not the fastest of its problem,
-        #: with the kind of problem (see ``_engine_kind``): not built again by this sweeper for problems of the kind.
-        self.slow_engines: set[tuple] = set()
-        #: Candidates left out because their engine is in ``slow_engines``.
-        self.skipped_slow_builds = 0
-
-    def _sync(self) -> None:
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
-
-    def measure_problem(self, problem: ConvProblem, source: str = "") -> list[dict[str, Any]]:
-        """Records of every candidate of every space on one problem (one direction)."""
-
-        def listed():
-            for space in self.spaces:
-                try:
-                    candidates = space.enumerate(problem)
-                except CandidateError as exc:
-                    yield space, Candidate(space.name, "*"), exc
-                    continue
-                for cand in candidates:
-                    yield space, cand, None
-                space.release(problem)
-
-        return self._measure(problem, source, listed())
-
-    def measure_candidates(
-        self,
-        problem: ConvProblem,
-        candidates: Sequence[tuple[CandidateSpace, Candidate]],
-        source: str = "runtime",
-        deadline_s: float | None = None,
-    ) -> list[dict[str, Any]]:
-        """Records of the given candidates on one problem, checked and timed as in a sweep (the runtime's measured
-        shortlist). A cuDNN candidate that was not enumerated here is built by name. ``deadline_s`` (a
-        ``time.perf_counter()`` value): no candidate after the first is started past it (those left have no
-        record)."""
-
-        def listed():
-            for i, (space, cand) in enumerate(candidates):
-                if i and deadline_s is not None and time.perf_counter() > deadline_s:
-                    return
-                yield space, cand, None
-
-        return self._measure(problem, source, listed())
-
-    def _measure(self, problem: ConvProblem, source: str, listed) -> list[dict[str, Any]]:
-        env = self.environment["env_id"]
-        rows: list[dict[str, Any]] = []
-        generator = torch.Generator(device=self.device).manual_seed(self.seed ^ zlib.crc32(problem.key.encode()))
-        with math_mode(problem) if self.math == "problem" else contextlib.nullcontext():
-            opsets = [make_operands(problem, self.device, generator) for _ in range(self.operand_sets)]
-            ref = reference(problem, opsets[0]) if self.reference == "exact" else None
-            best_ms: float | None = None
-            slow: list[tuple[tuple, dict[str, Any]]] = []  # built slowly here, with their rows
-            for space, cand, error in listed:
-                if error is not None:
-                    rows.append(_row(problem, source, cand, env, status=error.status, reason=error.reason))
-                    continue
-                engine = _engine_kind(cand, problem)
-                if engine in self.slow_engines:  # only engines (engine_id >= 0) are ever added
-                    self.skipped_slow_builds += 1
-                    continue
-                if ref is None and rows:  # a listing error came first: the exact reference checks the rest
-                    ref = reference(problem, opsets[0])
-                kept: list[torch.Tensor] = []
-                built_s: list[float] | None = [] if self.slow_build_s is not None else None
-                row = self._measure_candidate(space, problem, source, cand, opsets, ref, best_ms, kept, built_s)
-                if ref is None:  # this first candidate's result checks the others
-                    ref = kept[0] if kept else reference(problem, opsets[0])
-                rows.append(row)
-                if row["status"] == "ok":
-                    best_ms = row["time_ms_median"] if best_ms is None else min(best_ms, row["time_ms_median"])
-                if built_s and cand.engine_id >= 0 and built_s[0] > self.slow_build_s:
-                    slow.append((engine, row))
-                    self.slow_engines.add(engine)  # its other knobs on this problem are left out too
-            for engine, row in slow:  # the fastest here paid for its build: later problems may build it again
-                if row["status"] == "ok" and row["time_ms_median"] <= best_ms:
-                    self.slow_engines.discard(engine)
-        del opsets, ref
-        return rows
-
-    def _measure_candidate(self, space, problem, source, cand, opsets, ref, best_ms, kept, built_s=None
-                           ) -> dict[str, Any]:  # fmt: skip
-        """The candidate's record; with ``ref`` None its result is the reference, appended to ``kept``; the wall
-        time its preparation took (s) is appended to ``built_s``."""
-        row = functools.partial(_row, problem, source, cand, self.environment["env_id"])
-        t0 = time.perf_counter() if built_s is not None else 0.0
-        try:
-            prepared = space.prepare(problem, cand)
-        except CandidateError as exc:
-            return row(status=exc.status, reason=exc.reason)
-        finally:
-            if built_s is not None:
-                built_s.append(time.perf_counter() - t0)
-        workspace = int(prepared.workspace_bytes)
-        row = functools.partial(row, workspace_bytes=workspace)
-        try:
-            if workspace > self.workspace_limit_bytes:
-                reason = f"needs {workspace} bytes, limit {self.workspace_limit_bytes}"
-                return row(status="workspace_exceeded", reason=reason)
-            # Poison the output so that elements the candidate fails to write cannot pass the check.
-            opsets[0].output(problem.direction).fill_(math.nan)
-            try:
-                out = prepared.run(opsets[0])
-                self._sync()
-                if ref is None:
-                    kept.append(out.double())  # the output buffer is poisoned again for the next candidate
-                    err = 0.0
-                else:
-                    err = relative_error(out, ref)
-            except (RuntimeError, CandidateError, torch.cuda.OutOfMemoryError) as exc:
-                return row(status="run_failed", reason=f"{type(exc).__name__}: {exc}"[:500])
-            limit = TOLERANCE[problem.dtype]
-            if not err <= limit:
-                return row(status="wrong_result", max_rel_error=err, reason=f"relative error {err:.3g} > {limit:g}")
-            try:
-                m = self.timer.measure(lambda i: prepared.run(opsets[i % len(opsets)]), cand.candidate_id, best_ms)
-            except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
-                reason = f"while timing: {type(exc).__name__}: {exc}"[:500]
-                return row(status="run_failed", max_rel_error=err, reason=reason)
-            return row(
-                time_ms_median=m.median_ms,
-                time_ms_p25=m.p25_ms,
-                time_ms_p75=m.p75_ms,
-                time_ms_min=m.min_ms,
-                repeats=m.repeats,
-                starved=m.starved,
-                host_overhead_us=m.host_overhead_us,
-                max_rel_error=err,
-            )
-        finally:
-            prepared.close()
-
-    def measure_case(self, case: SweepCase) -> list[dict[str, Any]]:
-        """Records of all three directions of a case."""
-        rows = []
-        for problem in case.problem.directions():
-            rows.extend(self.measure_problem(problem, case.source))
-        return rows
-
-
-# ------------------------------------------------------------------------------------------------- driving
 def parse_shard(text: str) -> tuple[int, int]:
     """``"i/n"`` -> ``(i, n)`` with ``0 <= i < n``."""
     try:
@@ -339,7 +110,7 @@ class SweepInterrupted(BaseException):
         self.signum = signum
 
 
-class _StopSignals:
+class StopSignals:
     """While installed, SIGINT and SIGTERM are recorded; inside :meth:`case` they also raise
     :class:`SweepInterrupted`, so that the case in flight stops, and nowhere else (never half-way through writing
     the journal or the in-flight counts)."""
@@ -358,7 +129,7 @@ class _StopSignals:
             self._armed = False  # once: a second signal during the unwinding must not raise again
             raise SweepInterrupted(signum)
 
-    def __enter__(self) -> _StopSignals:
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
             self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
         return self
@@ -415,29 +186,19 @@ def run_sweep(
     counts, so that cases skipped after ending the process twice are tried again (a SIGKILL from outside, which no
     process can tell from a crash, counts as one).
     """
-    from tqdm.auto import tqdm  # noqa: PLC0415
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tag = f"{shard[0]}of{shard[1]}"
     journal = Journal(out_dir / f"journal-{tag}.jsonl")
+    inflight_path = out_dir / f"inflight-{tag}.json"
     report = SweepReport()
-    with _StopSignals() as stop:
-        # Recover what a killed run of this shard left in its journal, minus the cases a part already holds (a
-        # run killed between writing its part and deleting its journal).
-        rows, _, warnings = journal.read()
-        for w in warnings:
-            log.warning(w)
-        in_parts = done_case_keys(out_dir)
-        journal.compact(out_dir, f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{tag}-recovered", skip_cases=in_parts)
-        inflight_path = out_dir / f"inflight-{tag}.json"
-        done = in_parts | {r["case_key"] for r in rows} | done_case_keys(*resume_from)
+    with StopSignals() as stop:
+        done = _recover(journal, out_dir, tag, resume_from)
         # Counts of cases recorded since (a kill after the journal line, before the count was cleared) are stale.
         crashed = {} if retry_crashed else read_inflight(inflight_path)
         crashed = {key: n for key, n in crashed.items() if key not in done}
-        mine = shard_cases(cases, shard)
         todo = []
-        for c in mine:
+        for c in shard_cases(cases, shard):
             if c.key in done:
                 report.skipped_done += 1
             elif crashed.get(c.key, 0) >= 2:
@@ -445,41 +206,89 @@ def run_sweep(
                 report.skipped_crashed += 1
             else:
                 todo.append(c)
-        start = time.monotonic()
-        bar = tqdm(todo, desc=f"sweep {shard[0]}/{shard[1]}", unit="case", disable=not progress, position=shard[0])
-        try:
-            for index, case in enumerate(bar):
-                elapsed = time.monotonic() - start
-                if time_budget_s is not None and index and elapsed + elapsed / index > time_budget_s:
-                    report.left_for_later = len(todo) - index
-                    break
-                if stop.signum is not None:
-                    report.left_for_later = len(todo) - index
-                    break
-                # Count the attempt before starting: a case that kills the process is skipped after two attempts.
-                crashed[case.key] = crashed.get(case.key, 0) + 1
-                write_text(inflight_path, json.dumps(crashed))
-                try:
-                    rows = stop.run_case(sweeper.measure_case, case)
-                except SweepInterrupted:
-                    # Stopped on purpose, not a crash: the attempt does not count.
-                    crashed[case.key] -= 1
-                    if not crashed[case.key]:
-                        crashed.pop(case.key)
-                    write_text(inflight_path, json.dumps(crashed))
-                    report.left_for_later = len(todo) - index
-                    break
-                journal.append(case.key, rows, sweeper.environment)
-                crashed.pop(case.key)
-                write_text(inflight_path, json.dumps(crashed))
-                report.measured += 1
-                bar.set_postfix_str(case.problem.shape_key[:40])
-        finally:
-            bar.close()
+        attempts = _Attempts(inflight_path, crashed)
+        _measure_cases(todo, sweeper, journal, attempts, stop, report, shard, time_budget_s, progress)
         report.interrupted = stop.signum
-        if not crashed:
+        if not attempts.counts:
             inflight_path.unlink(missing_ok=True)
         report.part = journal.compact(out_dir, f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{tag}")
     if report.interrupted:
         log.warning("sweep %s stopped by %s", tag, signal.Signals(report.interrupted).name)
     return report
+
+
+def _recover(journal: Journal, out_dir: Path, tag: str, resume_from: Iterable[str | Path]) -> set[str]:
+    """Compact what a killed run of this shard left in its journal; return the case keys already recorded.
+
+    The journal's cases that a part already holds (a run killed between writing its part and deleting its journal)
+    are not compacted again.
+    """
+    rows, _, warnings = journal.read()
+    for w in warnings:
+        log.warning(w)
+    in_parts = done_case_keys(out_dir)
+    journal.compact(out_dir, f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{tag}-recovered", skip_cases=in_parts)
+    return in_parts | {r["case_key"] for r in rows} | done_case_keys(*resume_from)
+
+
+@dataclass
+class _Attempts:
+    """The attempt counts of cases in flight, written to ``path`` at every change (atomically)."""
+
+    path: Path
+    counts: dict[str, int]
+
+    def start(self, key: str) -> None:
+        """Count an attempt before it starts: a case that kills the process is skipped after two attempts."""
+        self.counts[key] = self.counts.get(key, 0) + 1
+        write_text(self.path, json.dumps(self.counts))
+
+    def finish(self, key: str) -> None:
+        """The case is recorded: its count goes."""
+        self.counts.pop(key)
+        write_text(self.path, json.dumps(self.counts))
+
+    def withdraw(self, key: str) -> None:
+        """Stopped on purpose, not a crash: the attempt does not count."""
+        self.counts[key] -= 1
+        if not self.counts[key]:
+            self.counts.pop(key)
+        write_text(self.path, json.dumps(self.counts))
+
+
+def _measure_cases(
+    todo: Sequence[SweepCase],
+    sweeper: Sweeper,
+    journal: Journal,
+    attempts: _Attempts,
+    stop: StopSignals,
+    report: SweepReport,
+    shard: tuple[int, int],
+    time_budget_s: float | None,
+    progress: bool,
+) -> None:
+    """Measure ``todo`` in order into the journal until done, out of budget or stopped by a signal."""
+    from tqdm.auto import tqdm  # noqa: PLC0415
+
+    start = time.monotonic()
+    bar = tqdm(todo, desc=f"sweep {shard[0]}/{shard[1]}", unit="case", disable=not progress, position=shard[0])
+    try:
+        for index, case in enumerate(bar):
+            elapsed = time.monotonic() - start
+            over_budget = time_budget_s is not None and index and elapsed + elapsed / index > time_budget_s
+            if over_budget or stop.signum is not None:
+                report.left_for_later = len(todo) - index
+                return
+            attempts.start(case.key)
+            try:
+                rows = stop.run_case(sweeper.measure_case, case)
+            except SweepInterrupted:
+                attempts.withdraw(case.key)
+                report.left_for_later = len(todo) - index
+                return
+            journal.append(case.key, rows, sweeper.environment)
+            attempts.finish(case.key)
+            report.measured += 1
+            bar.set_postfix_str(case.problem.shape_key[:40])
+    finally:
+        bar.close()

@@ -51,7 +51,13 @@ class Catalogue:
         # Rows of one problem are turned into dicts on first use: converting all of them costs seconds at load.
         self._columns = list(cat.columns)
         self._arrays = [cat[c].to_numpy(dtype=object) for c in self._columns]
-        keys, starts = np.unique(cat["problem_key"].to_numpy(), return_index=True)
+        # Sorted by key, so a problem's rows are a run: its start is where the key changes (np.unique would sort the
+        # strings again, a third of the load of a large catalogue).
+        all_keys = self._arrays[self._columns.index("problem_key")]
+        starts = (
+            np.flatnonzero(np.concatenate(([True], all_keys[1:] != all_keys[:-1]))) if len(cat) else np.array([], int)
+        )
+        keys = all_keys[starts]
         ends = np.append(starts[1:], len(cat))
         self._spans = {k: (int(a), int(b)) for k, a, b in zip(keys, starts, ends)}
         self._rows: dict[str, list[dict[str, Any]]] = {}

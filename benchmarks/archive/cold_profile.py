@@ -25,10 +25,10 @@ import zoo
 def measured_candidates() -> list[dict]:
     """Patch the sweeper so that each candidate it measures leaves a row here: direction, candidate, notes, build and
     measurement seconds, status and median time."""
-    from algosel.measure import sweep
+    from algosel.measure import sweeper
 
     rows: list[dict] = []
-    measure = sweep.Sweeper._measure_candidate
+    measure = sweeper.Sweeper._measure_candidate
 
     def timed(self, space, problem, source, cand, opsets, ref, best_ms, kept, built_s=None):
         built: list[float] = []  # the sweeper's own timing of the candidate's preparation
@@ -42,7 +42,7 @@ def measured_candidates() -> list[dict]:
                      "status": row["status"], "time_ms": row.get("time_ms_median")})  # fmt: skip
         return row
 
-    sweep.Sweeper._measure_candidate = timed
+    sweeper.Sweeper._measure_candidate = timed
     return rows
 
 
