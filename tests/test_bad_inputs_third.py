@@ -34,7 +34,7 @@ from algosel.version import __version__
 
 #: Every model shipped with the package, by name (read from the package, never listed by hand).
 SHIPPED_NAMES = sorted(p.name for p in shipped_path("models").iterdir() if not p.name.startswith("."))
-ENGINE_MODEL = REPO / "models" / "h200-cudnn91900"
+ENGINE_MODEL = REPO / "models" / "joint-h100-h200-cudnn91900"
 LEGACY_MODEL = REPO / "models" / "h200-cudnn91900-legacy"
 LEGACY_SLICE = REPO / "data" / "samples" / "h200-legacy-slice"
 LOGS = Path(__file__).resolve().parent / "fixtures" / "cudnn_logs"

@@ -33,7 +33,9 @@ def test_the_networks_are_the_issue_s_and_the_detector_meets_30_sizes_no_records
     from algosel.measure.suites import _fpn_sizes
 
     assert set(zoo.NETS) == {"efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "resnet50", "densenet121",
-                             "regnet_y_1_6gf", "deeplabv3_resnet50", "unet", "srnet", "detector_ms30"}  # fmt: skip
+                             "regnet_y_1_6gf", "deeplabv3_resnet50", "unet", "srnet", "detector_ms30",
+                             "regnet_x_3_2gf_ms9"}  # fmt: skip
+    assert zoo.NETS["regnet_x_3_2gf_ms9"][2] == "multiscale_cls" and len(set(zoo_gpu.CLS_SIZES)) == 9
     assert zoo.NETS["deeplabv3_resnet50"][1] == 512
     assert len(set(zoo_gpu.MS_SIZES)) == 30 and not set(zoo_gpu.MS_SIZES) & (set(_fpn_sizes()) | set(zoo.FPN_SIZES))
     monkeypatch.setattr(zoo, "SMOKE", False)
@@ -86,6 +88,7 @@ def test_force_loads_the_shipped_model_for_this_gpu_whatever_it_was_made_for(gpu
     monkeypatch.setattr(zoo, "_selectors", {})
     monkeypatch.setattr(zoo, "MODEL", None)
     monkeypatch.setattr(zoo, "FORCE", False)
+    monkeypatch.setattr(zoo, "SMOKE", False)  # (the smoke run adds its CPU-as-GPU device seam)
     assert zoo.selector_kwargs() == {} and loaded == []  # the hook's own choice of model
     monkeypatch.setattr(zoo, "FORCE", True)
     assert zoo.selector_kwargs() == {"selector": "sel"}

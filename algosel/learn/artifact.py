@@ -169,17 +169,17 @@ def replaceable_files(directory: str | Path, replace_shipped: bool = False) -> f
 def read_manifest(directory: str | Path) -> dict[str, Any]:
     """The manifest of a model directory, checked for the fields every model has."""
     directory = Path(directory)
+    successor = RETIRED_MODELS.get(directory.name)
+    if successor is not None and not directory.exists():
+        raise SelectorError(
+            f"{directory}: the model {directory.name} was retired in favour of models/{successor}; use that one"
+        )
     if not directory.is_dir():
         raise SelectorError(
             f"{directory}: not a model directory ({'a file' if directory.exists() else 'no such directory'})"
         )
     for name in (MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE):
         if not (directory / name).is_file():
-            successor = RETIRED_MODELS.get(directory.name)
-            if successor is not None and not directory.exists():
-                raise SelectorError(
-                    f"{directory}: the model {directory.name} was retired in favour of models/{successor}; use that one"
-                )
             raise SelectorError(f"{directory}: not a model directory (missing {name})")
     try:
         manifest = json.loads((directory / MANIFEST_FILE).read_bytes().decode("utf-8"))

@@ -177,8 +177,9 @@ def train(
     from_cache = None
     if cache_records:
         frame, envs, from_cache = with_cache_records(frame, envs, list(cache_records), cache_weight)
+        # a cache of another GPU than the records' is refused as such, before the records' own GPU check
+        check_cache_gpu(*main_environment(frame, envs), from_cache)
     frame, env = one_environment(frame, envs, "a selector", " (a model of several GPUs: --joint)")
-    check_cache_gpu(frame, env, from_cache)
     legacy = space_of(sorted(frame["space"].unique())) == "legacy"
     out = Path(models_root) / (name or gpu_slug(env) + ("-legacy" if legacy else ""))
     if out.exists() and from_cache is not None:

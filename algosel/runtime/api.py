@@ -70,114 +70,48 @@ def _check_arguments(problem, model, max_workspace_bytes, deterministic, top_k, 
         raise ValueError(f"predict() takes verify= or measure=, not both (got verify={verify!r}, measure={measure!r})")
 
 
-def predict(
-    problem: ConvProblem | None = None,
-    /,
-    *,
-    model: str | Path | Selector | None = None,
-    max_workspace_bytes: int | None = None,
-    deterministic: bool = False,
-    top_k: int = 1,
-    live: bool | None = None,
-    force: bool = False,
-    space: str = "cudnn",
-    measure: int = 0,
-    measurer: Any = None,
-    verify: int = 0,
-    cache: Any = True,
-    device_probe: Any = None,
-    **fields: Any,
-) -> list[Choice]:
-    """Rank the candidates for a convolution, best first.
+def predict(problem: ConvProblem | None = None, /, *, model: str | Path | Selector | None = None,
+            max_workspace_bytes: int | None = None, deterministic: bool = False, top_k: int = 1,
+            live: bool | None = None, force: bool = False, space: str = "cudnn", measure: int = 0,
+            measurer: Any = None, verify: int = 0, cache: Any = True, device_probe: Any = None,
+            **fields: Any) -> list[Choice]:  # fmt: skip
+    """Rank the candidates for a convolution, best first (memoised per problem and arguments).
 
-    Parameters
-    ----------
-    problem : ConvProblem, optional
-        The problem; or give its fields as keywords (``n=..., c=..., k=..., h=..., w=..., r=..., s=...``, and
-        optionally padding, stride, dilation, groups, ``dtype``, ``layout``, ``direction``), not both.
-    model : path or Selector, optional
-        A model directory; default: the shipped model for this GPU (or the first shipped model without a GPU).
-    max_workspace_bytes : int, optional
-        Drop candidates known to need more workspace.
-    deterministic : bool
-        Only candidates known to be deterministic (:func:`algosel.learn.rules.allowed`: with the shipped models
-        GEMM lowering and PyTorch's default only, since their records carry no numerical notes).
-    top_k : int
-        How many choices to return.
-    live : bool, optional
-        Rank cuDNN's live candidate list (needs a GPU and the frontend); default: when available. True where it
-        is not available is a ValueError saying why.
-    force : bool
-        Use a model trained for another GPU or cuDNN (with a warning) instead of refusing.
-    space : str
-        ``"cudnn"`` (default): engine configs of the graph API, GEMM lowering and PyTorch's default.
-        ``"legacy"``: the legacy API's algorithms, for frameworks that call ``cudnnConvolutionForward`` and its
-        backward twins; each choice carries ``cudnn_algo`` (e.g. ``CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM``,
-        C value in ``engine_id``) and ``cudnn_math_type`` to set on the convolution descriptor.
-    measure : int
-        On a GPU: check and time the model's top ``measure`` candidates and PyTorch's default once (the sweeper's
-        timer, a small budget), and return them fastest first with ``measured_time_ms`` (``source`` "measured").
-    measurer : optional
-        What times them (an object with the sweeper's ``measure_candidates``; default: the sweeper with the
-        runtime's timer, :func:`algosel.runtime.verify.runtime_measurer`).
-    verify : int
-        As the hook's verify mode, for any framework: on a GPU, time the model's top ``verify`` candidates and (in
-        the ``cudnn`` space) PyTorch's default once per problem and environment, under the problem's math mode,
-        and return them fastest first (``source`` "measured"; a candidate that failed has no time and comes last),
-        then the rest of the model's ``top_k``. The times are kept in the persistent cache the hook uses (a later
-        call, another process, or the hook itself times nothing again; a larger ``verify`` times only what is
-        new). Without a GPU it answers as without ``verify``. Unlike ``measure``, which times on every call and
-        needs a GPU.
-    cache : bool, path or RuntimeCache
-        Where ``verify`` keeps its times: ``True`` in the hook's cache (``$ALGOSEL_CACHE_DIR`` or
-        ``~/.cache/algosel``), a folder, a cache object, or ``False`` (nowhere: timed on every call).
-    device_probe : optional
-        Whether this machine can time (default: a CUDA GPU; :class:`algosel.runtime.device.CudaDevice`).
+    ``problem``: a ConvProblem, or its fields as keywords (``n=..., c=..., k=..., h=..., w=..., r=..., s=...``,
+    padding, stride, dilation, groups, ``dtype``, ``layout``, ``direction``), not both. ``model``: a model directory
+    or Selector (default: the shipped model for this GPU); ``force`` uses one made for another GPU or cuDNN, warning.
+    ``max_workspace_bytes`` and ``deterministic`` filter the candidates (:func:`algosel.learn.rules.allowed`);
+    ``top_k`` choices are returned. ``live``: rank cuDNN's live list (default: where a GPU and the frontend allow;
+    True where they do not is a ValueError saying why). ``space``: ``"cudnn"`` (engine configs, GEMM lowering,
+    PyTorch's default) or ``"legacy"`` (the legacy API's algorithms, each choice with ``cudnn_algo`` and
+    ``cudnn_math_type``).
+
+    ``verify=k``: as the hook's verify mode, for any framework: on a GPU, time the top ``k`` and (``cudnn`` space)
+    PyTorch's default once per problem and environment, return them fastest first (``source`` "measured"; a failed
+    candidate last, without a time), then the rest of the ``top_k``; the times are kept in the hook's persistent
+    ``cache`` (``True``, a folder, a cache object or ``False``), so a later call, process or the hook times nothing
+    again. Without a GPU (``device_probe`` says) it answers as without ``verify``. ``measure=k`` times on every
+    call and needs a GPU; ``measurer`` is what times (default: the sweeper with the runtime's timer).
 
     Returns
     -------
     list of Choice
         ``candidate_id`` (``cudnn:eng..``, ``gemm:fc``, ``gemm:pointwise``, ``pytorch:default`` or
-        ``legacy:<ALGO>.<MATH_TYPE>``), space, engine
-        id and knobs, model score, workspace bytes where known, and where the candidate list came from.
-        Memoised per problem and arguments.
+        ``legacy:<ALGO>.<MATH_TYPE>``), space, engine id and knobs, score, workspace bytes where known, source.
 
     Raises
     ------
     ValueError
-        For a bad problem or argument (naming the field or argument and its value) or when no candidate passes
-        the filters.
+        A bad problem or argument (naming it and its value), or no candidate passing the filters.
     """
     _check_arguments(problem, model, max_workspace_bytes, deterministic, top_k, live, force, measure, verify)
-    if fields:
-        unknown = sorted(set(fields) - _FIELDS)
-        if unknown:
-            raise ValueError(
-                f"predict() got an unknown problem field {unknown[0]!r}; fields: {', '.join(sorted(_FIELDS))}"
-            )
-        if problem is not None:  # which one counts would be a guess: the caller says
-            given = ", ".join(f"{k}={v!r}" for k, v in sorted(fields.items()))
-            raise ValueError(
-                f"predict() takes a ConvProblem or its fields, not both (got a problem and {given}); pass "
-                "problem.replace(...) to change a field"
-            )
-        problem = ConvProblem(**fields)
-    elif problem is None:
-        raise ValueError("predict() needs a ConvProblem or its fields as keywords (n=, c=, k=, h=, w=, r=, s=, ...)")
+    problem = _problem_of(problem, fields)
     if space not in MODEL_SPACES:
         raise ValueError(f"space must be {' or '.join(map(repr, MODEL_SPACES))}, got {space!r}")
     sel = _selector(model, force, space)
     if sel.space != space:
         raise ValueError(f"the model {model} selects {sel.space} candidates, not {space}")
-    if live is None:
-        live = live_available(sel)
-    elif live:  # asked for: say why it cannot be had, rather than fail inside the enumeration
-        why = get_space(sel.space).available()
-        if why:
-            raise ValueError(
-                f"predict(live=True): cuDNN's live candidate list cannot be enumerated here ({why}); "
-                "live=None ranks it where it can and the records' candidates elsewhere, live=False never does"
-            )
+    live = _live(sel, live)
     if type(top_k) is not int:  # a numpy integer: the memo keys on plain ints
         top_k = int(top_k.__index__())
     if max_workspace_bytes is not None and type(max_workspace_bytes) is not int:
@@ -193,6 +127,38 @@ def predict(
         return sel.choose(problem, max_workspace_bytes, deterministic, top_k, live)  # memoised per arguments
     choices = sel.choose(problem, max_workspace_bytes, deterministic, max(top_k, measure), live)
     return _measured(problem, choices[:measure], measurer)[:top_k]
+
+
+def _problem_of(problem: ConvProblem | None, fields: dict[str, Any]) -> ConvProblem:
+    """The problem ``predict`` was given: a ConvProblem, or its fields as keywords (never both)."""
+    if not fields:
+        if problem is None:
+            raise ValueError("predict() needs a ConvProblem or its fields as keywords (n=, c=, k=, h=, w=, r=, s=...)")
+        return problem
+    unknown = sorted(set(fields) - _FIELDS)
+    if unknown:
+        raise ValueError(f"predict() got an unknown problem field {unknown[0]!r}; fields: {', '.join(sorted(_FIELDS))}")
+    if problem is not None:  # which one counts would be a guess: the caller says
+        given = ", ".join(f"{k}={v!r}" for k, v in sorted(fields.items()))
+        raise ValueError(
+            f"predict() takes a ConvProblem or its fields, not both (got a problem and {given}); pass "
+            "problem.replace(...) to change a field"
+        )
+    return ConvProblem(**fields)
+
+
+def _live(sel: Selector, live: bool | None) -> bool:
+    """Whether to rank cuDNN's live list: where it can be had (None), or as asked (True where it cannot: why)."""
+    if live is None:
+        return live_available(sel)
+    if live:  # asked for: say why it cannot be had, rather than fail inside the enumeration
+        why = get_space(sel.space).available()
+        if why:
+            raise ValueError(
+                f"predict(live=True): cuDNN's live candidate list cannot be enumerated here ({why}); "
+                "live=None ranks it where it can and the records' candidates elsewhere, live=False never does"
+            )
+    return live
 
 
 def _measured(problem: ConvProblem, choices: list[Choice], measurer: Any) -> list[Choice]:

@@ -11,7 +11,6 @@ patches a module.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import time
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 
 from algosel.problem import ConvProblem
+from algosel.runtime.arguments import checked_arguments
 from algosel.runtime.blocks import Blocks
 from algosel.runtime.cache import Decision, RuntimeCache, runtime_environment
 from algosel.runtime.candidates import CandidateSource
@@ -30,7 +30,7 @@ from algosel.runtime.fallbacks import NO_MODEL
 from algosel.runtime.loading import LOADING, ModelLoading
 from algosel.runtime.parts import ModelParts
 from algosel.runtime.plans import Plan, PlanBook, compiled_plans
-from algosel.runtime.policy import DEFAULT_POLICY, LOOKING, SwitchPolicy
+from algosel.runtime.policy import LOOKING, SwitchPolicy
 from algosel.runtime.probation import Looks, Probation
 from algosel.runtime.routes import Dispatch, Route, RouteBook, compiled_route, one_matrix_product
 from algosel.runtime.state import STATE, tables_changed
@@ -110,25 +110,9 @@ class Executor:
                  rule: bool = False, calibration: Any = None, rule_times: bool = True,
                  tuning_budget_s: float | None = None, background_load: bool = False):  # fmt: skip
         # the arguments first, the model after: a mistake is said before any long work
-        if record is not None and not isinstance(record, (str, os.PathLike)):
-            raise ValueError(f"record must be the path of a layers file, got {record!r}")
-        if record_measured is not None and not isinstance(record_measured, (str, os.PathLike)):
-            if not hasattr(record_measured, "add"):
-                raise ValueError(f"record_measured must be the path of a dataset folder, got {record_measured!r}")
-        if policy is not None and not isinstance(policy, SwitchPolicy):
-            raise ValueError(f"policy must be a SwitchPolicy, got {policy!r}")
-        policy = policy or DEFAULT_POLICY
-        if probe_calls is not None:
-            policy = dataclasses.replace(policy, probe_calls=_count("probe_calls", probe_calls, "calls"))
-        if min_gain_us is not None:
-            if isinstance(min_gain_us, bool) or not isinstance(min_gain_us, (int, float)) or not min_gain_us >= 0:
-                raise ValueError(f"min_gain_us must be a number of microseconds >= 0, got {min_gain_us!r}")
-            policy = dataclasses.replace(policy, min_gain_us=min_gain_us)
-        verify = _count("verify", verify, "candidates to time")
-        if tuning_budget_s is not None and not (_number(tuning_budget_s) and tuning_budget_s >= 0):
-            raise ValueError(f"tuning_budget_s must be a number of seconds >= 0, got {tuning_budget_s!r}")
-        if max_workspace_bytes is not None:
-            max_workspace_bytes = _count("max_workspace_bytes", max_workspace_bytes, "bytes")
+        policy, verify, max_workspace_bytes = checked_arguments(
+            record, record_measured, policy, probe_calls, min_gain_us, verify, tuning_budget_s, max_workspace_bytes
+        )
         self.policy = policy
         #: The model, loaded at once or (``background_load``) beside the first steps (:mod:`algosel.runtime.loading`).
         self.model = ModelLoading(selector, rule and calibration is None, background_load)
@@ -405,14 +389,3 @@ class Executor:
     @property
     def min_gain_us(self) -> float:
         return self.policy.min_gain_us
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _count(name: str, value: Any, unit: str) -> int:
-    """``value`` where it is a non-negative integer (not a bool); else a ValueError naming ``name`` and the value."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer ({unit}), got {value!r}")
-    return value
