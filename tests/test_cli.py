@@ -82,11 +82,12 @@ def test_sweep_dry_run_counts_grid_cases_per_dtype_and_layout(capsys: pytest.Cap
 
 
 def test_sweep_grid_mix_loss_labels_its_cases_and_orders_them_shape_by_shape(tmp_path: Path) -> None:
-    from algosel.cli import _cases_from_args, build_parser  # noqa: PLC0415
+    from algosel.cli import build_parser  # noqa: PLC0415
+    from algosel.cli.sweep import cases_from_args  # noqa: PLC0415
 
     argv = ["sweep", "--out", str(tmp_path), "--suites", "none", "--grid", "3", "--seed", "1", "--grid-mix", "loss",
             "--dtypes", "float32,float16", "--grid-layouts", "nchw,nhwc"]  # fmt: skip
-    cases = _cases_from_args(build_parser().parse_args(argv))
+    cases = cases_from_args(build_parser().parse_args(argv))
     shapes = sample_grid(GridSpec(count=3, seed=1, mix="loss"))
     assert [c.problem.shape_key for c in cases] == [p.shape_key for p in shapes for _ in range(4)]
     assert {c.source for c in cases} == {"grid:loss"}
