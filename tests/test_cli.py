@@ -237,3 +237,18 @@ def test_suites_writes_a_suite_that_needs_no_torchvision(capsys: pytest.CaptureF
     written = tmp_path / "alexnet_fc.csv"
     assert capsys.readouterr().out.split() == [str(written)]
     assert written.read_bytes() == (ROOT / "data" / "suites" / "alexnet_fc.csv").read_bytes()
+
+
+@needs_no_gpu
+def test_sweep_on_more_gpus_than_visible_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["sweep", "--out", str(tmp_path / "out"), "--suites", "none", "--grid", "2", "--gpus", "2"]) == 2
+    assert capsys.readouterr().err == "algosel sweep: error: --gpus 2: 0 GPU(s) visible\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_each_gpus_shard_runs_the_command_line_without_gpus() -> None:
+    from algosel.measure.launch import without_option  # noqa: PLC0415
+
+    assert without_option(["sweep", "--gpus", "all", "--out", "d"], "--gpus") == ["sweep", "--out", "d"]
+    assert without_option(["sweep", "--gpus=2", "--grid", "3"], "--gpus") == ["sweep", "--grid", "3"]
+    assert without_option(["sweep", "--out", "--gpus-dir"], "--gpus") == ["sweep", "--out", "--gpus-dir"]
