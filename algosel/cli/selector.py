@@ -234,6 +234,7 @@ def _add_train_parser(sub) -> None:
         help="with --force, replace a model shipped with algosel too (never replaced otherwise)",
     )
     _add_training_choices(p)
+    p.set_defaults(func=cmd_train)
 
 
 def _add_training_choices(p: argparse.ArgumentParser) -> None:
@@ -280,7 +281,6 @@ def _add_training_choices(p: argparse.ArgumentParser) -> None:
         help="training weight of a cache's row against a sweep's (default 1)",
     )
     p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=cmd_train)
 
 
 def _add_calibrate_parser(sub) -> None:
