@@ -144,7 +144,7 @@ RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
     ("call",),
     ("executor",),
     ("shared",),
-    ("ops", "hook", "api", "doctor", "standins"),
+    ("ops", "hook", "api", "doctor", "standins", "cache_text", "cache_training"),
 )
 
 

@@ -409,7 +409,7 @@ def test_a_single_output_file_is_refused_where_replacing_it_would_lose_something
 def test_the_boundary_turns_os_errors_into_one_line_naming_the_path(capsys) -> None:
     """Whatever command meets an OSError (a full disk, a file gone) ends on one line naming the path; a message
     of several lines is joined into one."""
-    from algosel.cli_boundary import run_command
+    from algosel.cli.boundary import run_command
 
     def disk_full(_args):
         raise OSError(28, "No space left on device", "/data/out/report.csv")

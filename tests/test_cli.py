@@ -82,11 +82,12 @@ def test_sweep_dry_run_counts_grid_cases_per_dtype_and_layout(capsys: pytest.Cap
 
 
 def test_sweep_grid_mix_loss_labels_its_cases_and_orders_them_shape_by_shape(tmp_path: Path) -> None:
-    from algosel.cli import _cases_from_args, build_parser  # noqa: PLC0415
+    from algosel.cli import build_parser  # noqa: PLC0415
+    from algosel.cli.sweep import cases_from_args  # noqa: PLC0415
 
     argv = ["sweep", "--out", str(tmp_path), "--suites", "none", "--grid", "3", "--seed", "1", "--grid-mix", "loss",
             "--dtypes", "float32,float16", "--grid-layouts", "nchw,nhwc"]  # fmt: skip
-    cases = _cases_from_args(build_parser().parse_args(argv))
+    cases = cases_from_args(build_parser().parse_args(argv))
     shapes = sample_grid(GridSpec(count=3, seed=1, mix="loss"))
     assert [c.problem.shape_key for c in cases] == [p.shape_key for p in shapes for _ in range(4)]
     assert {c.source for c in cases} == {"grid:loss"}
@@ -236,3 +237,18 @@ def test_suites_writes_a_suite_that_needs_no_torchvision(capsys: pytest.CaptureF
     written = tmp_path / "alexnet_fc.csv"
     assert capsys.readouterr().out.split() == [str(written)]
     assert written.read_bytes() == (ROOT / "data" / "suites" / "alexnet_fc.csv").read_bytes()
+
+
+@needs_no_gpu
+def test_sweep_on_more_gpus_than_visible_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["sweep", "--out", str(tmp_path / "out"), "--suites", "none", "--grid", "2", "--gpus", "2"]) == 2
+    assert capsys.readouterr().err == "algosel sweep: error: --gpus 2: 0 GPU(s) visible\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_each_gpus_shard_runs_the_command_line_without_gpus() -> None:
+    from algosel.measure.launch import without_option  # noqa: PLC0415
+
+    assert without_option(["sweep", "--gpus", "all", "--out", "d"], "--gpus") == ["sweep", "--out", "d"]
+    assert without_option(["sweep", "--gpus=2", "--grid", "3"], "--gpus") == ["sweep", "--grid", "3"]
+    assert without_option(["sweep", "--out", "--gpus-dir"], "--gpus") == ["sweep", "--out", "--gpus-dir"]

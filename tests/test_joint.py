@@ -216,6 +216,11 @@ def test_train_joint_on_the_command_line(two_gpus, tmp_path, capsys):
     assert "wrote" in out and "joint model of" in out and "h100-80gb-hbm3-cudnn91900 held-out model" in out
     assert json.loads((model / "manifest.json").read_text())["params"]["num_leaves"] == SMALL.num_leaves == 7
     assert json.loads((tmp_path / "two" / "manifest.json").read_text())["params"]["num_leaves"] == 5
+    # the calibration of its predicted times, over both GPUs' held-out problems, recorded in its manifest
+    from algosel.learn.calibration import load_calibration  # noqa: PLC0415
+
+    calibration = load_calibration(tmp_path / "two", json.loads((tmp_path / "two" / "manifest.json").read_text()))
+    assert calibration is not None and len(calibration.groups["all"]) > 20
     assert main([*argv[:-1], "--no-progress"]) == 2  # exists
     assert "exists; pass --force" in capsys.readouterr().err
     assert main(["train", str(SLICE), "--joint", "--models", str(tmp_path)]) == 2

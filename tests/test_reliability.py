@@ -377,7 +377,7 @@ def test_train_repeatedly_on_tiny_records_with_every_core_busy(inputs, tmp_path)
     names = sorted(p.name for p in model.iterdir())
     assert "report.csv" not in names, "an old model's report survived beside the new model"
     assert names == sorted([MODEL_FILE, TIME_MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE, "README.md", "test_report.csv",
-                            "tuning.csv"])  # fmt: skip
+                            "tuning.csv", "calibration.json"])  # fmt: skip
     manifest = json.loads((model / MANIFEST_FILE).read_text())
     assert manifest["params"]["num_threads"] == 1  # tiny records: one thread
     assert verify_directory(model) == []

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 from conftest import REPO, SLICE
 
+from algosel.cli.study import add_report_parser
 from algosel.learn.artifact import SelectorError
 from algosel.learn.evaluate import SELECTORS, is_test_shape
 from algosel.problem import ConvProblem
 from algosel.records import RecordsError, load_records
 from algosel.records.analysis import comparison_table
-from algosel.study.report import add_parser, build_report
+from algosel.study.report import build_report
 from algosel.study.report_data import (
     KNOWN_SELECTORS,
     LABELS,
@@ -238,9 +239,9 @@ def test_missing_model_dir(tmp_path) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    # What algosel.cli.build_parser does with the report's two lines.
+    # The report command alone, as algosel.cli.build_parser adds it.
     parser = argparse.ArgumentParser(prog="algosel")
-    add_parser(parser.add_subparsers(dest="command", required=True))
+    add_report_parser(parser.add_subparsers(dest="command", required=True))
     return parser
 
 

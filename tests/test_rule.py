@@ -137,7 +137,9 @@ def test_calibration_fitted_on_held_out_problems_covers_its_interval(slice_model
     cal = fit_calibration(sel, *slice_records)
     assert len(cal.groups["all"]) > 20
     assert 0.6 <= cal.coverage["all"]["share"] <= 1.0  # a 90% interval, on a small slice
-    assert load_calibration(directory, read_manifest(directory)) is None  # the slice model has none
+    saved = load_calibration(directory, read_manifest(directory))  # `algosel train` wrote one into the model
+    assert saved.groups.keys() == cal.groups.keys()
+    assert {g: len(s) for g, s in saved.groups.items()} == {g: len(s) for g, s in cal.groups.items()}
     copy = directory.parent / "with-calibration"
     import shutil
 

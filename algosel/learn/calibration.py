@@ -207,14 +207,31 @@ def coverage_check(errors: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def model_errors(selector: Any, frame: pd.DataFrame, envs: Mapping[str, Any]) -> pd.DataFrame:
+    """:func:`problem_errors` on the records of each GPU of ``frame`` (a joint model's are several: a problem key
+    names one problem on each), joined."""
+    parts = [problem_errors(selector, frame[frame["env_id"] == env_id], envs) for env_id in frame["env_id"].unique()]
+    parts = [p for p in parts if not p.empty]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
 def fit_calibration(selector: Any, frame: pd.DataFrame, envs: Mapping[str, Any]) -> Calibration:
     """The calibration of ``selector`` on the held-out problems of ``frame`` (its training records)."""
     if getattr(selector, "time_model", None) is None:
         raise ValueError("the model has no time model: nothing to calibrate (retrain with `algosel train`)")
-    errors = problem_errors(selector, frame, envs)
+    errors = model_errors(selector, frame, envs)
     if errors.empty:
         raise ValueError("no held-out problem with PyTorch's default and a candidate timed: nothing to calibrate")
     return Calibration(_groups(errors), coverage_check(errors))
+
+
+def calibration_files(selector: Any, frame: pd.DataFrame, envs: Mapping[str, Any]) -> dict[str, str]:
+    """``{calibration.json: text}`` of a model being saved (``extra_files`` of its save), or nothing where its
+    records hold no held-out problem to calibrate on (a legacy space's records have no PyTorch's default)."""
+    errors = model_errors(selector, frame, envs)
+    if errors.empty or getattr(selector, "time_model", None) is None:
+        return {}
+    return {CALIBRATION_FILE: Calibration(_groups(errors), coverage_check(errors)).to_json()}
 
 
 def load_calibration(directory: str | Path, manifest: Mapping[str, Any]) -> Calibration | None:

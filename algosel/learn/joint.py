@@ -23,6 +23,7 @@ import pandas as pd
 
 from algosel.learn.artifact import SelectorError, new_manifest, replaceable_files
 from algosel.learn.cache_records import held_out, with_cache_records
+from algosel.learn.calibration import calibration_files
 from algosel.learn.evaluate import Prepared, pick_times, report, selector_table
 from algosel.learn.ranker import Ranker, RankerParams, fingerprint
 from algosel.learn.rules import SHORTLIST_RANK
@@ -197,7 +198,7 @@ def train_joint(
         lines.append("")
     if command:
         lines += ["Made by:", "", "```", command, "```", ""]
-    Selector(sel.ranker, manifest, joint_catalogue(frame, environments), sel.time_model).save(
-        out, replace=force, extra_files={"README.md": "\n".join(lines)}, replace_shipped=replace_shipped
-    )
+    joint = Selector(sel.ranker, manifest, joint_catalogue(frame, environments), sel.time_model)
+    files = {"README.md": "\n".join(lines), **calibration_files(joint, frame, envs)}  # the runtime's rule reads it
+    joint.save(out, replace=force, extra_files=files, replace_shipped=replace_shipped)
     return out, summary

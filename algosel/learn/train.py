@@ -34,6 +34,7 @@ import pandas as pd
 
 from algosel.learn.artifact import SelectorError, new_manifest, replaceable_files, space_of
 from algosel.learn.cache_records import check_cache_gpu, held_out, with_cache_records
+from algosel.learn.calibration import calibration_files
 from algosel.learn.evaluate import TEST_FRACTION, Prepared, pick_times, report, selector_table
 from algosel.learn.ranker import Ranker, RankerParams, fingerprint
 from algosel.learn.rules import SHORTLIST_RANK
@@ -291,9 +292,10 @@ def train(
         "test_report.csv": comp.to_csv(index=False),
         "README.md": _model_readme(out.name, summary, env),
     }
-    Selector(ranker, manifest, catalogue, time_model).save(
-        out, replace=force, extra_files=reports, replace_shipped=replace_shipped
-    )
+    selector = Selector(ranker, manifest, catalogue, time_model)
+    # The calibration of its predicted times travels with the model: the runtime's rule weighs a switch by it.
+    reports |= calibration_files(selector, frame, envs)
+    selector.save(out, replace=force, extra_files=reports, replace_shipped=replace_shipped)
     return out, summary
 
 

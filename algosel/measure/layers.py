@@ -291,3 +291,33 @@ def load_layers(path: str | Path) -> pd.DataFrame:
 def layers_problems(frame: pd.DataFrame, dtype: str, layout: str = "nchw") -> list[ConvProblem]:
     """The distinct forward problems of a layers frame, in order of first appearance."""
     return suite_problems(frame, dtype=dtype, layout=layout)
+
+
+def write_model_layers(spec: str, input_texts: Sequence[str], network: str | None, out: str | Path,
+                       overwrite: bool = False) -> list[str]:  # fmt: skip
+    """``algosel layers``: the conv layers of the model ``spec`` called on each input of ``input_texts``
+    (:func:`parse_input`) written to the layers file ``out`` (refused if it exists, unless ``overwrite``); returns
+    the lines that say what was written and which calls were not recorded.
+
+    Raises
+    ------
+    LayersError
+        A bad input text, a model that cannot be imported or called.
+    OutputError
+        ``out`` exists and ``overwrite`` is not given, or is not a plain file.
+    """
+    from algosel.files import check_output_file  # noqa: PLC0415
+
+    inputs = [parse_input(text) for text in input_texts]
+    network = network if network is not None else default_network_name(spec)
+    frame, skipped = model_layers(load_model(spec), inputs, network, name=spec)
+    path = write_layers(frame, check_output_file(out, overwrite=overwrite))  # checked again: time has passed
+    shapes = frame.drop_duplicates(subset=[c for c in frame.columns if c not in ("network", "layer", "size")])
+    lines = [
+        f"wrote {path}: network {network}, {len(frame)} conv calls, {len(shapes)} distinct shapes, "
+        f"{len(inputs)} input size(s)"
+    ]
+    if skipped:
+        others = ", ".join(f"{name} x{count}" for name, count in sorted(skipped.items()))
+        lines.append(f"not recorded (algosel covers 2-D convolutions): {others}")
+    return lines

@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from algosel.records.environment import gpu_slug
+
 WITHIN = 1.05  # "within 5% of best"
 
 
@@ -192,4 +194,23 @@ def summarize(frame: pd.DataFrame, worst: int = 10) -> str:
             best = f"{table.at[key, 'best_candidate']}, {table.at[key, 'best']:.4f} ms"
             lines.append(f"  {r:7.2f}x  {key}  (best: {best})")
         lines.append("")
+    return "\n".join(lines)
+
+
+def summarize_per_gpu(frame: pd.DataFrame, envs: Mapping[str, Mapping], worst: int = 10) -> str:
+    """``algosel summarize``: :func:`summarize` per GPU x cuDNN (candidates' times are comparable on one only),
+    each table after the environments it covers."""
+    slugs = {e: gpu_slug(env) for e, env in envs.items()}
+    lines = []
+    for slug in sorted(set(slugs.values())):
+        mine = [e for e, s in slugs.items() if s == slug]
+        if len(set(slugs.values())) > 1:
+            lines.append(f"== {slug}")
+        for e in mine:
+            env = envs[e]
+            lines.append(
+                f"environment {env['env_id']}: {env.get('gpu_name')}, cuDNN {env.get('cudnn')}, "
+                f"torch {env.get('torch')}, driver {env.get('driver')}"
+            )
+        lines.append(summarize(frame[frame["env_id"].isin(mine)], worst=worst))
     return "\n".join(lines)

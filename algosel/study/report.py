@@ -15,22 +15,18 @@ Without one the model is left out and every problem of the records is used.
 
 Three modules make it, one idea each: :mod:`~algosel.study.report_data` (what is compared, computed once),
 :mod:`~algosel.study.report_figures` (the plots) and :mod:`~algosel.study.report_html` (the page); this one writes
-the files and holds the command line. Heavy modules (pandas, matplotlib, LightGBM) are imported inside the functions
-that need them, so that the command line, which imports this module to build its parser, stays quick to start.
+the files (the command line's ``algosel report`` is :mod:`algosel.cli.study`'s). Heavy modules (pandas, matplotlib,
+LightGBM) are imported inside the functions that need them.
 """
 
 from __future__ import annotations
 
-import argparse
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from algosel.study.report_data import (
-    DEFAULT_SELECTORS,
     DEFAULT_WORST,
-    KNOWN_SELECTORS,
     ReportError,
     check_selectors,
     compare,
@@ -105,64 +101,3 @@ def build_report(
     files["index.html"] = page.encode("utf-8")
     write_output_dir(out, files, "report", REPORT_FILES, overwrite=overwrite)
     return out / "index.html"
-
-
-# ---------------------------------------------------------------------------------------------- command line
-def _selector_list(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``algosel report`` to the command line's subparsers."""
-    p = subparsers.add_parser("report", help="write an HTML report with plots comparing the selectors")
-    p.add_argument("--data", nargs="+", required=True, help="records: dataset directories or part files")
-    p.add_argument("--model", default=None, help="model directory (default: none; the model is left out)")
-    p.add_argument(
-        "--out",
-        required=True,
-        help="directory that receives index.html and its PNG figures, written as one unit once all are made; an "
-        "earlier report's files there are replaced, other files left alone",
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace files of the report's names (index.html, *.png) that algosel report did not write into --out "
-        "(a user's, or one changed since; the folder's .algosel-outputs.json records what it wrote): without it, "
-        "they are refused before any work",
-    )
-    p.add_argument("--worst", type=_positive, default=DEFAULT_WORST, help="worst problems listed per selector")
-    p.add_argument("--force", action="store_true", help="score a model made for another GPU or cuDNN than the records")
-    p.add_argument(
-        "--selectors",
-        type=_selector_list,
-        default=None,
-        help=f"comma-separated, of {', '.join(KNOWN_SELECTORS)} (default: {', '.join(DEFAULT_SELECTORS)})",
-    )
-    p.set_defaults(func=cmd_report)
-    return p
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    """``algosel report``: build the report and print where it is."""
-    t0 = time.perf_counter()
-    index = build_report(
-        args.data,
-        args.model,
-        args.out,
-        selectors=args.selectors,
-        worst=args.worst,
-        overwrite=args.overwrite,
-        force=args.force,
-    )
-    print(f"wrote {index} ({time.perf_counter() - t0:.1f} s)")
-    return 0
