@@ -97,7 +97,9 @@ def executors(sel, lists: dict[ConvProblem, list[dict]]) -> dict[str, tuple]:
     before = {"VERIFY_MAX_PREDICTED_RATIO_FAR": 1.0, "VERIFY_WHOLE_LIST_MS": math.inf}
     rules = {
         "nearest list, filter everywhere": (make(Near(sel)), lambda p: filtered, before),
-        "far rule (nearest list near)": (ex, lambda p: {"prune": True} if ex.verifier.far_from_records(p) else filtered, before),
+        "far rule (nearest list near)": (
+            ex, lambda p: {"prune": True} if ex.verifier.far_from_records(p) else filtered, before
+        ),
         "executor": (ex, lambda p: {}, {}),
         "executor, unpruned": (ex, lambda p: {"prune": False}, {}),
     }
