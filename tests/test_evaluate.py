@@ -127,7 +127,7 @@ def test_tuning_rule_needs_a_setting():
 
 
 def test_network_totals_sum_every_call_and_leave_out_dtypes_the_network_lacks():
-    from algosel.learn.evaluate import network_totals  # noqa: PLC0415
+    from algosel.learn.evaluate_networks import network_totals  # noqa: PLC0415
     from algosel.problem import ConvProblem  # noqa: PLC0415
 
     layer = {"n": 2, "c": 8, "k": 16, "h": 10, "w": 10, "r": 3, "s": 3, "pad_h": 1, "pad_w": 1, "stride_h": 1,

@@ -13,7 +13,8 @@ import pytest
 from conftest import REPO, SLICE
 
 from algosel.cli import main
-from algosel.learn.evaluate import Prepared, layers_totals, models_table, time_totals, with_pytorch_fallback
+from algosel.learn.evaluate import Prepared, with_pytorch_fallback
+from algosel.learn.evaluate_networks import layers_totals, models_table, time_totals
 from algosel.learn.selector import Selector
 from algosel.measure.layer_table import LAYER_FIELDS, SUITE_COLUMNS
 from algosel.measure.layers import load_layers, write_layers

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from algosel.cli import main
-from algosel.learn.evaluate import network_totals
+from algosel.learn.evaluate_networks import network_totals
 from algosel.measure.layers import load_layers, model_layers, write_layers
 from algosel.measure.steps import input_needs_grad, no_input_grad_shapes, runs_in_training
 from algosel.problem import ConvProblem

@@ -30,15 +30,14 @@ from algosel.learn.evaluate import (
     cell_table,
     cell_wins,
     is_test_shape,
-    leave_one_network_out,
     mark_runs,
-    network_totals,
     pick_times,
     report,
     selector_table,
     top_k_curve,
     with_pytorch_fallback,
 )
+from algosel.learn.evaluate_networks import leave_one_network_out, network_totals
 from algosel.learn.models import check_records_environment, check_space, records_space
 from algosel.learn.ranker import RankerParams, fingerprint
 from algosel.learn.selector import Selector

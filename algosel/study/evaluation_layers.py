@@ -61,7 +61,8 @@ def layers_evaluation(
     model_dir: str, data: list[str], layers: list[str], compare_model: str | None
 ) -> tuple[list[str], dict[str, bytes]]:
     """The text lines and the files (name -> content) of :func:`run_layers_evaluation`, unwritten."""
-    from algosel.learn.evaluate import is_test_shape, layers_totals, models_table, time_totals
+    from algosel.learn.evaluate import is_test_shape
+    from algosel.learn.evaluate_networks import layers_totals, models_table, time_totals
     from algosel.measure.layers import UNSEEN_NETWORK, load_layers
     from algosel.records.analysis import comparison_table
 

@@ -179,7 +179,8 @@ def suite_totals(frame: pd.DataFrame, table: pd.DataFrame, selectors: Sequence[s
     """
     import pandas as pd
 
-    from algosel.learn.evaluate import network_totals, with_pytorch_fallback
+    from algosel.learn.evaluate import with_pytorch_fallback
+    from algosel.learn.evaluate_networks import network_totals
     from algosel.measure.suites import load_suites
 
     networks = sorted(s.removeprefix("suite:") for s in frame["source"].unique() if s.startswith("suite:"))
