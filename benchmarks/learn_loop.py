@@ -44,10 +44,11 @@ from algosel.learn.cache_records import with_cache_records
 from algosel.learn.evaluate import Prepared
 from algosel.learn.joint import fit_selector
 from algosel.learn.ranker import RankerParams, fingerprint
-from algosel.learn.selector import Selector, build_catalogue
+from algosel.learn.selector import Selector
 from algosel.learn.time_model import TimeModelParams
 from algosel.problem import ConvProblem
 from algosel.records.analysis import ok_mask
+from algosel.records.catalogue import build_catalogue
 from algosel.records.store import load_records, main_environment
 from algosel.runtime.cache import Decision, RuntimeCache
 from algosel.runtime.measured import records_from_cache

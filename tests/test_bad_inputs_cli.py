@@ -41,7 +41,8 @@ from cli_rows import check_command_row
 from conftest import REPO, SLICE
 from test_reliability import RECORDED, Row, _hashes, _run, _run_in_process
 
-from algosel.files import (
+from algosel.learn.artifact import MANIFEST_FILE, verify_directory
+from algosel.outputs import (
     OUTPUTS_RECORD,
     OutputError,
     check_output_dir,
@@ -49,7 +50,6 @@ from algosel.files import (
     deferred_signals,
     write_output_dir,
 )
-from algosel.learn.artifact import MANIFEST_FILE, verify_directory
 from algosel.problem import ConvProblem
 from algosel.records import RecordsError, read_part, write_part
 

@@ -92,7 +92,7 @@ def suite_names(text: str) -> list[str]:
     return names
 
 
-#: --overwrite of a command writing a folder of outputs (the rule of algosel.files.write_output_dir).
+#: --overwrite of a command writing a folder of outputs (the rule of algosel.outputs.write_output_dir).
 OVERWRITE_DIR_HELP = (
     "replace files of the names this command writes that it did not write into --out itself (a user's file, one "
     "changed since, or a model directory's own report; the folder's .algosel-outputs.json records what it wrote): "

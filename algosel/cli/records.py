@@ -64,7 +64,7 @@ def cmd_suites(args: argparse.Namespace) -> int:
 
 def cmd_layers(args: argparse.Namespace) -> int:
     """``algosel layers``: a model's conv layers as a layers file."""
-    from algosel.files import check_output_file  # noqa: PLC0415
+    from algosel.outputs import check_output_file  # noqa: PLC0415
 
     check_output_file(args.out, overwrite=args.overwrite)  # before torch and the model are imported
     from algosel.measure.layers import write_model_layers  # noqa: PLC0415

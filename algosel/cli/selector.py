@@ -22,7 +22,7 @@ PROBLEM_OPTIONS = ("n", "c", "k", "h", "w", "r", "s", "pad", "stride", "dilation
 
 def _check_models_option(args: argparse.Namespace) -> None:
     """Before the minutes of training: the model directory must land inside --models, and --models take it."""
-    from algosel.files import check_writable  # noqa: PLC0415
+    from algosel.outputs import check_writable  # noqa: PLC0415
 
     name = args.name
     if name is not None and (name in ("", ".", "..") or Path(name).name != name or "\\" in name):

@@ -16,7 +16,8 @@ LOG_COLUMNS = ["first_line", "calls", "api", "problem", "chosen", "chosen_ms", "
 
 def cmd_analyze_log(args: argparse.Namespace) -> int:
     """``algosel analyze-log``: price the convolutions of a cuDNN API log with the records and the selectors."""
-    from algosel.files import check_output_file, write_text  # noqa: PLC0415
+    from algosel.files import write_text  # noqa: PLC0415
+    from algosel.outputs import check_output_file  # noqa: PLC0415
 
     if args.csv:  # before the log is read, and the seconds of importing pandas
         check_output_file(args.csv, overwrite=args.overwrite, option="--csv")

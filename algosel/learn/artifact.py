@@ -33,10 +33,11 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
-from algosel.files import OutputError, atomic_directory, describe_file, sha256_file, write_text
+from algosel.files import atomic_directory, describe_file, sha256_file, write_text
 from algosel.learn.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from algosel.learn.model_text import ModelTextError, check_model_text
 from algosel.learn.ranker import Ranker, RankerParams
+from algosel.outputs import OutputError
 from algosel.records.catalogue import CATALOGUE_COLUMNS
 from algosel.resources import shipped_path
 from algosel.version import __version__

@@ -27,8 +27,9 @@ from algosel.learn.calibration import calibration_files
 from algosel.learn.evaluate import Prepared, pick_times, report, selector_table
 from algosel.learn.ranker import Ranker, RankerParams, fingerprint
 from algosel.learn.rules import SHORTLIST_RANK
-from algosel.learn.selector import Selector, blocked_engines, build_catalogue
+from algosel.learn.selector import Selector
 from algosel.learn.time_model import TIME_MODEL_FILE, TimeModel, TimeModelParams
+from algosel.records.catalogue import blocked_engines, build_catalogue
 from algosel.records.environment import gpu_slug
 from algosel.records.store import RecordsError, load_records
 

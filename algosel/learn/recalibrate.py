@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from algosel.files import check_not_shipped, write_text
+from algosel.files import write_text
 from algosel.learn.artifact import SelectorError, read_manifest, record_files
 from algosel.learn.calibration import CALIBRATION_FILE, Calibration, fit_calibration
 from algosel.learn.selector import Selector
+from algosel.outputs import check_not_shipped
 from algosel.records import load_records
 from algosel.records.environment import coverage, model_environments
 
@@ -40,7 +41,7 @@ def calibrate_saved_model(directory: str | Path, data: Sequence[str] | None = No
     SelectorError
         No such model directory, a model without a time model, training records not found, or records of a GPU or
         cuDNN the model was not trained on (a calibration measures the model on its own GPU's problems).
-    algosel.files.OutputError
+    algosel.outputs.OutputError
         A shipped model's folder without ``replace_shipped`` (checked before any work).
     """
     directory = Path(directory)

@@ -6,19 +6,10 @@ the records of the nearest recorded problem of the same kind (:class:`~algosel.r
 the candidates every problem has offline (GEMM lowering, PyTorch's default: each space says which) added where
 the model was trained on their space.
 
-A model covers the candidate spaces of its records (manifest ``spaces``): ``cudnn``, ``gemm`` and ``pytorch`` for
-the engine-config selector, ``legacy`` for the legacy-algorithm selector that frameworks on the legacy API use.
-The files of a model directory are :mod:`algosel.learn.artifact`'s; finding the right one is
-:mod:`algosel.learn.models`'s.
-
-An answer for a problem outside what the model's records cover (a dtype or layout they lack, nothing of its kind
-recorded, a size far beyond the recorded ones: :meth:`Selector.coverage`) is still given, but says so: every
-:class:`Choice` of it has ``extrapolated`` set and the reason in ``extrapolation``, and the first such answer of each
-kind in a process warns (:class:`ExtrapolationWarning`).
-
-A model with a time model (:mod:`algosel.learn.time_model`) also predicts each candidate's device time: every
-:class:`Choice` carries it, and :meth:`Selector.predicted_time_ms` gives it for any candidate of the list,
-PyTorch's default included.
+A model covers the candidate spaces of its records (manifest ``spaces``); its files are
+:mod:`algosel.learn.artifact`'s. An answer for a problem outside what the records cover (:meth:`Selector.coverage`)
+is still given, but says so (``Choice.extrapolated``), warning once per kind (:class:`ExtrapolationWarning`). A
+model with a time model also predicts each candidate's device time (:meth:`Selector.predicted_time_ms`).
 
 Three ideas live beside this module: what it answers (:mod:`algosel.learn.choice`: candidate rows and the
 :class:`Choice`), which GPU a loaded model ranks for (:mod:`algosel.learn.model_environment`), and its predicted
@@ -404,14 +395,3 @@ class Selector:
         if t is None or t_default is None:
             return None
         return 1000.0 * (t_default - t)
-
-
-def build_catalogue(frame: pd.DataFrame) -> pd.DataFrame:
-    """The catalogue of a model trained on ``frame``."""
-    return Catalogue.from_records(frame).frame
-
-
-def blocked_engines(frame: pd.DataFrame) -> list[list[Any]]:
-    """(engine id, direction, dtype) of cuDNN engines that ever gave a wrong result: never chosen there."""
-    bad = frame[(frame["status"] == "wrong_result") & (frame["space"] == "cudnn")]
-    return sorted({(int(e), d, t) for e, d, t in bad[["engine_id", "direction", "dtype"]].itertuples(index=False)})

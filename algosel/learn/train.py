@@ -38,7 +38,7 @@ from algosel.learn.calibration import calibration_files
 from algosel.learn.evaluate import TEST_FRACTION, Prepared, pick_times, report, selector_table
 from algosel.learn.ranker import Ranker, RankerParams, fingerprint
 from algosel.learn.rules import SHORTLIST_RANK
-from algosel.learn.selector import Selector, blocked_engines, build_catalogue
+from algosel.learn.selector import Selector
 from algosel.learn.speed import (
     LATENCY_LINES,
     PREDICT_BUDGET_US,
@@ -48,6 +48,7 @@ from algosel.learn.speed import (
 )
 from algosel.learn.time_model import TIME_MODEL_FILE, TimeModel, TimeModelParams, calibration
 from algosel.learn.tuning import tune, within_budget
+from algosel.records.catalogue import blocked_engines, build_catalogue
 from algosel.records.environment import gpu_slug
 
 # main_environment: imported from here by the notebooks

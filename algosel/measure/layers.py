@@ -306,7 +306,7 @@ def write_model_layers(spec: str, input_texts: Sequence[str], network: str | Non
     OutputError
         ``out`` exists and ``overwrite`` is not given, or is not a plain file.
     """
-    from algosel.files import check_output_file  # noqa: PLC0415
+    from algosel.outputs import check_output_file  # noqa: PLC0415
 
     inputs = [parse_input(text) for text in input_texts]
     network = network if network is not None else default_network_name(spec)

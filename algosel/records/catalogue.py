@@ -139,3 +139,14 @@ class Catalogue:
                 t = row.get("time_ms_median")
                 return None if t is None or (isinstance(t, float) and math.isnan(t)) else float(t)
         return None
+
+
+def build_catalogue(frame: pd.DataFrame) -> pd.DataFrame:
+    """The catalogue of a model trained on ``frame``."""
+    return Catalogue.from_records(frame).frame
+
+
+def blocked_engines(frame: pd.DataFrame) -> list[list[Any]]:
+    """(engine id, direction, dtype) of cuDNN engines that ever gave a wrong result: never chosen there."""
+    bad = frame[(frame["status"] == "wrong_result") & (frame["space"] == "cudnn")]
+    return sorted({(int(e), d, t) for e, d, t in bad[["engine_id", "direction", "dtype"]].itertuples(index=False)})

@@ -1,7 +1,7 @@
 """Where ``algosel evaluate`` writes its files, and how: one unit per run, never over a file it did not write.
 
 :func:`check_out` runs before any work; :func:`write_evaluation` writes the files of a run once they are all
-computed (:func:`algosel.files.write_output_dir`). In the model's own directory (how its committed report is made)
+computed (:func:`algosel.outputs.write_output_dir`). In the model's own directory (how its committed report is made)
 the model's manifest records the new files in the same unit.
 """
 
@@ -11,7 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from algosel.files import check_output_dir, write_output_dir
+from algosel.outputs import check_output_dir, write_output_dir
 
 # Light on purpose (algosel.learn.artifact, which loads LightGBM, is imported where a model directory is written):
 # the command line checks --out with this module before the seconds of importing the evaluation.
@@ -40,14 +40,14 @@ def _is_own_directory(out_dir: Path, model_dir: str | Path) -> bool:
 def check_out(out: str | Path | None, model_dir: str | Path, overwrite: bool = False,
               names: tuple[str, ...] = EVALUATE_FILES, replace_shipped: bool = False) -> Path:  # fmt: skip
     """The output folder of an evaluation of ``model_dir``, checked before any work
-    (:func:`algosel.files.check_output_dir`): a directory, or a place where one can be made, holding none of the
+    (:func:`algosel.outputs.check_output_dir`): a directory, or a place where one can be made, holding none of the
     files ``names`` that ``algosel evaluate`` did not write there unless ``overwrite``, nor a shipped model's folder
     unless ``replace_shipped``. In the model's own directory its manifest is among them (the evaluation records its
     files there).
 
     Raises
     ------
-    algosel.files.OutputError
+    algosel.outputs.OutputError
         One line naming ``--out`` and the file in the way.
     """
     out_dir = Path(out) if out else default_out(model_dir)
@@ -80,7 +80,7 @@ def write_evaluation(
     replace_shipped: bool = False,
 ) -> list[Path]:
     """Write an evaluation's files (name -> content) into ``out`` as one unit; any other file of ``names`` there
-    (an earlier run's) is removed (:func:`algosel.files.write_output_dir`). In the model's own directory (how its
+    (an earlier run's) is removed (:func:`algosel.outputs.write_output_dir`). In the model's own directory (how its
     committed report is made) the manifest records the new files in the same unit, so that the directory stays
     verifiable, and ``overwrite`` is needed for every file of ``names`` already there and for the manifest."""
     from algosel.learn.artifact import MANIFEST_FILE  # noqa: PLC0415 - see the imports

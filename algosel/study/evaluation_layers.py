@@ -47,7 +47,7 @@ def run_layers_evaluation(
     ------
     ValueError
         For a bad layers file (its line and column named) or when the records hold none of its shapes.
-    algosel.files.OutputError
+    algosel.outputs.OutputError
         Before any work, for an ``out`` the files cannot be written into (:func:`check_out`).
     """
     check_out(out, model_dir, overwrite, names=LAYERS_FILES)

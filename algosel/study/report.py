@@ -61,14 +61,14 @@ def build_report(
     or cuDNN than the records'. Errors are ValueErrors with one-line messages naming the bad value (see
     :func:`compare`).
 
-    The files (:data:`REPORT_FILES`) are written together once all are made (:func:`algosel.files.write_output_dir`):
+    The files (:data:`REPORT_FILES`) are written together once all are made (:func:`algosel.outputs.write_output_dir`):
     a run that fails or is interrupted leaves ``out_dir`` as it was, and no figure of an earlier run stays beside
     the new page. A file of those names that ``algosel report`` did not write there is refused before any work
-    (:class:`~algosel.files.OutputError`) unless ``overwrite``; other files of the folder are left alone.
+    (:class:`~algosel.outputs.OutputError`) unless ``overwrite``; other files of the folder are left alone.
     """
     import io
 
-    from algosel.files import check_output_dir, write_output_dir
+    from algosel.outputs import check_output_dir, write_output_dir
 
     if isinstance(worst, bool) or not isinstance(worst, int) or worst < 1:
         raise ReportError(f"worst must be a positive integer, got {worst!r}")
