@@ -106,73 +106,68 @@ def _check_trainable(prep: Prepared, test: np.ndarray, folds: int, data: list[st
 
 
 def train(
-    data: list[str | Path],
-    models_root: str | Path = "models",
-    grid: Mapping[str, list[Any]] | None = None,
-    base: RankerParams | None = None,
-    folds: int = 3,
-    progress: bool = True,
-    name: str | None = None,
-    force: bool = False,
-    time_params: TimeModelParams | None = None,
-    replace_shipped: bool = False,
-    predict_budget_us: float = PREDICT_BUDGET_US,
-    command: str | None = None,
-    trees: str = "lightgbm",
-    cache_records: Sequence[pd.DataFrame] = (),
-    cache_weight: float = 1.0,
-) -> tuple[Path, dict[str, Any]]:
-    """Train and save a selector; returns its directory and a summary (also written into the manifest).
+    data: list[str | Path], models_root: str | Path = "models", grid: Mapping[str, list[Any]] | None = None,
+    base: RankerParams | None = None, folds: int = 3, progress: bool = True, name: str | None = None,
+    force: bool = False, time_params: TimeModelParams | None = None, replace_shipped: bool = False,
+    predict_budget_us: float = PREDICT_BUDGET_US, command: str | None = None, trees: str = "lightgbm",
+    cache_records: Sequence[pd.DataFrame] = (), cache_weight: float = 1.0,
+) -> tuple[Path, dict[str, Any]]:  # fmt: skip
+    """Train and save a selector on the record datasets ``data``; returns its directory and a summary (also in the
+    manifest).
 
-    Parameters
-    ----------
-    data : list of path
-        Record datasets (directories or part files).
-    models_root : path
-        Directory that receives the model directory.
-    grid : mapping, optional
-        Tuning grid (default :data:`DEFAULT_GRID`).
-    base : RankerParams, optional
-        Parameters the grid does not set. ``num_threads`` is lowered as :func:`training_threads` says.
-    folds : int
-        Cross-validation folds for tuning (>= 2).
-    progress : bool
-        Show progress bars.
-    name : str, optional
-        Model directory name (default: from the records' GPU and cuDNN).
-    force : bool
-        Replace an existing model directory of that name instead of refusing: its own files (those its manifest
-        lists) alone; a directory holding anything else is refused (:func:`~algosel.learn.artifact.replaceable_files`).
-    time_params : TimeModelParams, optional
-        The time model's hyperparameters (default: :class:`TimeModelParams` with ``base``'s number of threads).
-    predict_budget_us : float
-        The slowest first prediction (one core, as :func:`~algosel.learn.speed.estimated_first_prediction_us`
-        estimates it) a tuned setting may have to be kept.
-    replace_shipped : bool
-        With ``force``, replace a model shipped with algosel too (never replaced otherwise).
-    command : str, optional
-        The command line that trains it (``algosel train`` passes its own), written into the manifest and README.
-    trees : str
-        The prediction path the budget is estimated for (:data:`~algosel.learn.speed.LATENCY_LINES`): ``lightgbm``,
-        or ``compiled`` where the model's users compile its trees (``algosel compile``), which lets a larger setting
-        within the budget. Recorded in the manifest (``first_prediction_trees``).
-    cache_records : sequence of DataFrame
-        Records of runtime caches (:func:`algosel.runtime.measured.records_from_cache`), learnt beside ``data``
-        with ``cache_weight`` each (:mod:`algosel.learn.cache_records`). A model of them is a new directory:
-        an existing one is refused even with ``force``.
-    cache_weight : float
-        The training weight of a cache's row against a sweep's (1).
+    Tuned over ``grid`` (default :data:`DEFAULT_GRID`; ``base`` the rest, its threads lowered by
+    :func:`training_threads`) by ``folds``-fold cross-validation, keeping the best setting whose estimated first
+    prediction (on the ``trees`` path: ``lightgbm`` or ``compiled``) is within ``predict_budget_us``; a time model
+    (``time_params``) and its calibration beside it. The directory is ``models_root/name`` (default: the records'
+    GPU and cuDNN); an existing one is replaced only with ``force``, and then only its own files (a shipped model
+    also needs ``replace_shipped``). ``cache_records`` (:func:`algosel.runtime.measured.records_from_cache`) are
+    learnt beside ``data`` with ``cache_weight`` each, into a new directory only. ``command`` goes into the manifest.
 
     Raises
     ------
     ValueError
-        Before any tuning: bad ``folds``, an existing model directory without ``force``, records too few to train
-        and test on (:class:`~algosel.records.RecordsError`), unreadable records.
+        Before any tuning: bad ``folds`` or ``trees``, an existing model directory without ``force``, records too
+        few to train and test on (:class:`~algosel.records.RecordsError`), unreadable records.
     """
     t0 = time.perf_counter()
     if trees not in LATENCY_LINES:
         raise ValueError(f"trees {trees!r}: one of {', '.join(LATENCY_LINES)}")
     folds = check_folds(folds)
+    frame, envs, env, from_cache = _training_records(data, cache_records, cache_weight)
+    legacy = space_of(sorted(frame["space"].unique())) == "legacy"
+    out = _new_model_dir(Path(models_root) / (name or gpu_slug(env) + ("-legacy" if legacy else "")), from_cache,
+                         force, replace_shipped)  # fmt: skip
+    prep = Prepared.build(frame, envs)
+    test = held_out(prep)
+    _check_trainable(prep, test, folds, data)
+    train_prep, test_prep = prep.rows(~test), prep.rows(test)
+    base = base or RankerParams()
+    base = replace(base, num_threads=training_threads(base.num_threads, len(train_prep.data)))
+    time_params = time_params or TimeModelParams(num_threads=base.num_threads)
+    fitting = _Fitting(train_prep, frame, env, time_params, trees)
+    try:
+        best, tuning = fitting.run(grid or DEFAULT_GRID, base, folds, progress, predict_budget_us)
+    except lgb.basic.LightGBMError as exc:  # e.g. a cross-validation fold left without training shapes
+        raise RecordsError(f"{', '.join(map(str, data))}: LightGBM cannot train on these records ({exc})") from None
+    ranker, time_model = fitting.ranker, fitting.time_model
+    comp = report(table := selector_table(frame, pick_times(test_prep.data, ranker.score(test_prep.X))))
+    summary = _summary(data, frame, train_prep, test_prep, folds, tuning, comp, table, fitting, base, command)
+    summary["total_seconds"] = round(time.perf_counter() - t0, 1)
+    if from_cache is not None:
+        summary["cache_records"] = from_cache
+    manifest = new_manifest(best, env, summary)
+    # The reports travel in the same directory write as the model they describe.
+    reports = {"tuning.csv": tuning.to_csv(index=False), "test_report.csv": comp.to_csv(index=False),
+               "README.md": _model_readme(out.name, summary, env)}  # fmt: skip
+    selector = Selector(ranker, manifest, fitting.catalogue, time_model)
+    # The calibration of its predicted times travels with the model: the runtime's rule weighs a switch by it.
+    reports |= calibration_files(selector, frame, envs)
+    selector.save(out, replace=force, extra_files=reports, replace_shipped=replace_shipped)
+    return out, summary
+
+
+def _training_records(data: list[str | Path], cache_records: Sequence[pd.DataFrame], cache_weight: float):
+    """The records of ``data`` (with the caches' rows where given), of one GPU and cuDNN, and that environment."""
     frame, envs = load_records(*data)
     if frame.empty:
         raise RecordsError(f"{', '.join(str(d) for d in data)}: no records (0 rows)")
@@ -182,8 +177,11 @@ def train(
         # a cache of another GPU than the records' is refused as such, before the records' own GPU check
         check_cache_gpu(*main_environment(frame, envs), from_cache)
     frame, env = one_environment(frame, envs, "a selector", " (a model of several GPUs: --joint)")
-    legacy = space_of(sorted(frame["space"].unique())) == "legacy"
-    out = Path(models_root) / (name or gpu_slug(env) + ("-legacy" if legacy else ""))
+    return frame, envs, env, from_cache
+
+
+def _new_model_dir(out: Path, from_cache: Any, force: bool, replace_shipped: bool) -> Path:
+    """``out``, checked before the minutes of tuning: new, or (``force``) a model whose own files may be replaced."""
     if out.exists() and from_cache is not None:
         raise SelectorError(
             f"{out} exists; a model retrained on a runtime cache is a new model directory, never an edit of one: "
@@ -196,49 +194,57 @@ def train(
         )
     if out.exists():
         replaceable_files(out, replace_shipped)  # before the minutes of tuning, and again when written
-    prep = Prepared.build(frame, envs)
-    test = held_out(prep)
-    _check_trainable(prep, test, folds, data)
-    train_prep, test_prep = prep.rows(~test), prep.rows(test)
-    base = base or RankerParams()
-    base = replace(base, num_threads=training_threads(base.num_threads, len(train_prep.data)))
-    time_params = time_params or TimeModelParams(num_threads=base.num_threads)
-    catalogue = build_catalogue(frame)
-    spaces, blocked = sorted(frame["space"].unique()), blocked_engines(frame)
-    fit_seconds: dict[int, float] = {}
+    return out
 
-    def fit(params: RankerParams) -> Selector:
-        t_fit = time.perf_counter()
-        fitted = Ranker(params).fit_prepared(train_prep.data, train_prep.X)
-        fit_seconds[id(fitted)] = time.perf_counter() - t_fit
+
+class _Fitting:
+    """The tuning and the final fits of one training: the ranker within the latency budget, the time model."""
+
+    def __init__(self, train_prep: Prepared, frame: pd.DataFrame, env: Mapping[str, Any],
+                 time_params: TimeModelParams, trees: str):  # fmt: skip
+        self.train_prep, self.frame, self.time_params, self.trees = train_prep, frame, time_params, trees
+        self.catalogue = build_catalogue(frame)
+        spaces, self.blocked = sorted(frame["space"].unique()), blocked_engines(frame)
         # Enough of a manifest to choose as the saved model will (its spaces, shortlist and blocked engines).
-        partial = {"environment": env, "shortlist_rank": SHORTLIST_RANK, "spaces": spaces, "blocked_engines": blocked}
-        return Selector(fitted, partial, catalogue, time_model)
+        self.partial = {"environment": env, "shortlist_rank": SHORTLIST_RANK, "spaces": spaces,
+                        "blocked_engines": self.blocked}  # fmt: skip
+        self.spaces = spaces
+        self.fit_seconds: dict[int, float] = {}
+        self.nodes: dict[int, dict[str, float]] = {}
+        self.time_model: TimeModel | None = None
+        self.time_fit_s = 0.0
+        self.ranker: Ranker | None = None
 
-    nodes: dict[int, dict[str, float]] = {}
+    def fit(self, params: RankerParams) -> Selector:
+        t_fit = time.perf_counter()
+        fitted = Ranker(params).fit_prepared(self.train_prep.data, self.train_prep.X)
+        self.fit_seconds[id(fitted)] = time.perf_counter() - t_fit
+        return Selector(fitted, self.partial, self.catalogue, self.time_model)
 
-    def latency_us(sel: Selector) -> float:
+    def latency_us(self, sel: Selector) -> float:
         # Estimated from the tree nodes walked, not timed: the same model from the same command on any machine.
-        nodes[id(sel.ranker)] = first_prediction_nodes(sel, new_problems())
-        return estimated_first_prediction_us(nodes[id(sel.ranker)], LATENCY_LINES[trees])
+        self.nodes[id(sel.ranker)] = first_prediction_nodes(sel, new_problems())
+        return estimated_first_prediction_us(self.nodes[id(sel.ranker)], LATENCY_LINES[self.trees])
 
-    try:
-        _, tuning = tune(train_prep, grid or DEFAULT_GRID, base, folds=folds, frame=frame, progress=progress)
+    def run(self, grid: Mapping[str, list[Any]], base: RankerParams, folds: int, progress: bool,
+            budget_us: float) -> tuple[RankerParams, pd.DataFrame]:  # fmt: skip
+        _, tuning = tune(self.train_prep, grid, base, folds=folds, frame=self.frame, progress=progress)
         t_time = time.perf_counter()
-        time_model = TimeModel(time_params).fit_prepared(train_prep.data, train_prep.X)
-        time_fit_s = time.perf_counter() - t_time
-        best, fitted, tuning = within_budget(
-            tuning, base, fit, latency_us, predict_budget_us, column="predict_us_estimate"
-        )
-    except lgb.basic.LightGBMError as exc:  # e.g. a cross-validation fold left without training shapes
-        raise RecordsError(f"{', '.join(map(str, data))}: LightGBM cannot train on these records ({exc})") from None
-    ranker = fitted.ranker
-    fit_s = fit_seconds[id(ranker)]
-    test_scores = ranker.score(test_prep.X)
-    table = selector_table(frame, pick_times(test_prep.data, test_scores))
-    comp = report(table)
+        self.time_model = TimeModel(self.time_params).fit_prepared(self.train_prep.data, self.train_prep.X)
+        self.time_fit_s = time.perf_counter() - t_time
+        best, fitted, tuning = within_budget(tuning, base, self.fit, self.latency_us, budget_us,
+                                             column="predict_us_estimate")  # fmt: skip
+        self.ranker = fitted.ranker
+        return best, tuning
+
+
+def _summary(data, frame, train_prep, test_prep, folds, tuning, comp, table, fitting: _Fitting,
+             base: RankerParams, command: str | None) -> dict[str, Any]:  # fmt: skip
+    """The manifest's account of a training: data, split, tuning, held-out scores, latency, time model."""
     overall = comp[(comp["group"] == "all")].set_index("selector")
-    summary = {
+    kept = ("geomean", "p95", "worst", "within_5pct", "top1", "total_time_ratio")
+    ranker = fitting.ranker
+    return {
         "data_fingerprint": fingerprint(frame),
         "data": [str(d) for d in data],
         "records": int(len(frame)),
@@ -248,56 +254,32 @@ def train(
         "split": {"method": "crc32(shape_key) % 1000 < 1000 * test_fraction", "test_fraction": TEST_FRACTION},
         "cv_folds": folds,
         "tuning": tuning.to_dict("records"),
-        "test_scores": {
-            sel: {
-                k: (None if pd.isna(v) else float(v))
-                for k, v in row.items()
-                if k in ("geomean", "p95", "worst", "within_5pct", "top1", "total_time_ratio")
-            }
-            for sel, row in overall.iterrows()
-        },
+        "test_scores": {sel: {k: (None if pd.isna(v) else float(v)) for k, v in row.items() if k in kept}
+                        for sel, row in overall.iterrows()},  # fmt: skip
         "test_invalid_top1": float(table["invalid_top1"].mean()),
         "test_wrong_top1": float(table["wrong_top1"].mean()),
-        "final_fit_seconds": round(fit_s, 1),
+        "final_fit_seconds": round(fitting.fit_seconds[id(ranker)], 1),
         # Estimated (algosel.learn.speed); benchmarks/predict_speed.py times it.
         "first_prediction_us_estimate": float(tuning.loc[tuning["chosen"], "predict_us_estimate"].iloc[0]),
-        "first_prediction_nodes": nodes[id(ranker)],
-        "first_prediction_trees": trees,
+        "first_prediction_nodes": fitting.nodes[id(ranker)],
+        "first_prediction_trees": fitting.trees,
         "time_model": {
-            "file": TIME_MODEL_FILE,
-            "target": "log2(time_ms)",
-            "params": time_params.__dict__.copy(),
-            "fit_seconds": round(time_fit_s, 1),
+            "file": TIME_MODEL_FILE, "target": "log2(time_ms)", "params": fitting.time_params.__dict__.copy(),
+            "fit_seconds": round(fitting.time_fit_s, 1),
             # Problems of the test shapes; `chosen` is the ranker's pick.
             "test_calibration": calibration(
-                test_prep.data,
-                time_model.predict_log2_ms(test_prep.X, num_threads=base.num_threads),
+                test_prep.data, fitting.time_model.predict_log2_ms(test_prep.X, num_threads=base.num_threads),
                 table["model_candidate"],
             ),
-        },
-        "total_seconds": round(time.perf_counter() - t0, 1),
-        "blocked_engines": blocked,
+        },  # fmt: skip
+        "blocked_engines": fitting.blocked,
         "dtypes": sorted(frame["dtype"].unique()),
         "shortlist_rank": SHORTLIST_RANK,
         # Numerical notes (nondeterministic, tensor_core...) are recorded only when the sweep could read them.
         "numeric_notes_recorded": bool(frame["notes"].str.contains("nondeterministic|tensor_core").any()),
-        "spaces": spaces,
+        "spaces": fitting.spaces,
         "command": command,
     }
-    if from_cache is not None:
-        summary["cache_records"] = from_cache
-    manifest = new_manifest(best, env, summary)
-    # The reports travel in the same directory write as the model they describe.
-    reports = {
-        "tuning.csv": tuning.to_csv(index=False),
-        "test_report.csv": comp.to_csv(index=False),
-        "README.md": _model_readme(out.name, summary, env),
-    }
-    selector = Selector(ranker, manifest, catalogue, time_model)
-    # The calibration of its predicted times travels with the model: the runtime's rule weighs a switch by it.
-    reports |= calibration_files(selector, frame, envs)
-    selector.save(out, replace=force, extra_files=reports, replace_shipped=replace_shipped)
-    return out, summary
 
 
 def _model_readme(name: str, summary: Mapping[str, Any], env: Mapping[str, Any]) -> str:
