@@ -110,17 +110,10 @@ def held_out_scores(sel: Selector, frame: pd.DataFrame, test: Prepared) -> dict[
     return out
 
 
-def train_joint(
-    data: Sequence[str | Path],
-    params: RankerParams,
-    models_root: str | Path = "models",
-    name: str | None = None,
-    force: bool = False,
-    command: str | None = None,
-    cache_records: Sequence[pd.DataFrame] = (),
-    cache_weight: float = 1.0,
-    replace_shipped: bool = False,
-) -> tuple[Path, dict[str, Any]]:
+def train_joint(data: Sequence[str | Path], params: RankerParams, models_root: str | Path = "models",
+                name: str | None = None, force: bool = False, command: str | None = None,
+                cache_records: Sequence[pd.DataFrame] = (), cache_weight: float = 1.0,
+                replace_shipped: bool = False) -> tuple[Path, dict[str, Any]]:  # fmt: skip
     """Fit and save a joint model on ``data`` (records of several GPUs) with ``params``; see the module docstring.
     ``cache_records`` and ``cache_weight``: runtime caches' records learnt beside them, as
     :func:`algosel.learn.train.train` says (a new model directory, even with ``force``).
@@ -144,15 +137,7 @@ def train_joint(
             f"{', '.join(map(str, data))}: records of one GPU ({environments[0].get('gpu_name')}); a joint model needs "
             "two or more: train this one without --joint"
         )
-    out = Path(models_root) / (name or "joint-" + "-".join(gpu_slug(e).rsplit("-cudnn", 1)[0] for e in environments)
-                               + f"-cudnn{environments[0].get('cudnn')}")  # fmt: skip
-    if out.exists() and (not force or from_cache is not None):
-        if from_cache is not None:
-            raise SelectorError(f"{out} exists; a model retrained on a runtime cache is a new model directory, never "
-                                "an edit of one: choose another --name or --models")  # fmt: skip
-        raise SelectorError(f"{out} exists; pass --force to replace it, or choose another --name or --models")
-    if out.exists():
-        replaceable_files(out, replace_shipped)
+    out = _joint_dir(models_root, name, environments, force, from_cache, replace_shipped)
     prep = Prepared.build(frame, envs)
     test = held_out(prep)
     if not test.any() or test.all():
@@ -163,30 +148,38 @@ def train_joint(
     fit_s = time.perf_counter() - t_fit
     scores = held_out_scores(sel, frame, test_prep)
     per_gpu = {gpu_slug(e): int(np.sum(frame["env_id"] == e["env_id"])) for e in environments}
-    summary = {
-        "data_fingerprint": fingerprint(frame),
-        "data": [str(d) for d in data],
-        "records": int(len(frame)),
-        "records_per_gpu": per_gpu,
-        "train_problems": int(train_prep.data.groupby(["problem_key", "env_id"]).ngroups),
-        "test_problems": int(test_prep.data.groupby(["problem_key", "env_id"]).ngroups),
-        "split": {"method": "crc32(shape_key) % 1000 < 1000 * test_fraction", "held out on": "every GPU"},
-        "tuning": [{**params.__dict__, "chosen": True}],
-        "test_scores": scores[gpu_slug(environments[0])],
-        "test_scores_per_gpu": scores,
-        "final_fit_seconds": round(fit_s, 1),
-        "total_seconds": round(time.perf_counter() - t0, 1),
-        "blocked_engines": sel.manifest["blocked_engines"],
-        "dtypes": sorted(frame["dtype"].unique()),
-        "shortlist_rank": SHORTLIST_RANK,
-        "spaces": sel.manifest["spaces"],
-        "time_model": {"file": TIME_MODEL_FILE, "target": "log2(time_ms)"},
-        "command": command,
-    }
+    summary = _joint_summary(data, frame, train_prep, test_prep, params, scores, sel, environments, per_gpu, fit_s,
+                             command)  # fmt: skip
+    summary["total_seconds"] = round(time.perf_counter() - t0, 1)
     if from_cache is not None:
         summary["cache_records"] = from_cache
     manifest = new_manifest(params, environments[0], {**summary, "environments": environments})
-    lines = [f"# {out.name}", "", "A joint selector (`algosel train --joint`) of " + ", ".join(
+    lines = _joint_readme(out.name, environments, per_gpu, scores, command)
+    joint = Selector(sel.ranker, manifest, joint_catalogue(frame, environments), sel.time_model)
+    files = {"README.md": "\n".join(lines), **calibration_files(joint, frame, envs)}  # the runtime's rule reads it
+    joint.save(out, replace=force, extra_files=files, replace_shipped=replace_shipped)
+    return out, summary
+
+
+def _joint_dir(models_root: str | Path, name: str | None, environments: Sequence[Mapping[str, Any]], force: bool,
+               from_cache: Any, replace_shipped: bool) -> Path:  # fmt: skip
+    """The joint model's directory (default: its GPUs and cuDNN), checked before the fit."""
+    out = Path(models_root) / (name or "joint-" + "-".join(gpu_slug(e).rsplit("-cudnn", 1)[0] for e in environments)
+                               + f"-cudnn{environments[0].get('cudnn')}")  # fmt: skip
+    if out.exists() and (not force or from_cache is not None):
+        if from_cache is not None:
+            raise SelectorError(f"{out} exists; a model retrained on a runtime cache is a new model directory, never "
+                                "an edit of one: choose another --name or --models")  # fmt: skip
+        raise SelectorError(f"{out} exists; pass --force to replace it, or choose another --name or --models")
+    if out.exists():
+        replaceable_files(out, replace_shipped)
+    return out
+
+
+def _joint_readme(name: str, environments: Sequence[Mapping[str, Any]], per_gpu: Mapping[str, int],
+                  scores: Mapping[str, Mapping[str, Mapping[str, Any]]], command: str | None) -> list[str]:  # fmt: skip
+    """The joint model's README lines: its GPUs and records, and its held-out scores per GPU."""
+    lines = [f"# {name}", "", "A joint selector (`algosel train --joint`) of " + ", ".join(
         f"{e.get('gpu_name')} ({per_gpu[gpu_slug(e)]:,} records)" for e in environments) + f", cuDNN "
         f"{environments[0].get('cudnn')}. Held-out problems, time / best measured candidate:", ""]  # fmt: skip
     for slug, rows in scores.items():
@@ -199,7 +192,27 @@ def train_joint(
         lines.append("")
     if command:
         lines += ["Made by:", "", "```", command, "```", ""]
-    joint = Selector(sel.ranker, manifest, joint_catalogue(frame, environments), sel.time_model)
-    files = {"README.md": "\n".join(lines), **calibration_files(joint, frame, envs)}  # the runtime's rule reads it
-    joint.save(out, replace=force, extra_files=files, replace_shipped=replace_shipped)
-    return out, summary
+    return lines
+
+def _joint_summary(data, frame, train_prep, test_prep, params, scores, sel, environments, per_gpu, fit_s,
+                   command) -> dict[str, Any]:  # fmt: skip
+    """The manifest's account of a joint training: data per GPU, split, held-out scores per GPU."""
+    return {
+        "data_fingerprint": fingerprint(frame),
+        "data": [str(d) for d in data],
+        "records": int(len(frame)),
+        "records_per_gpu": per_gpu,
+        "train_problems": int(train_prep.data.groupby(["problem_key", "env_id"]).ngroups),
+        "test_problems": int(test_prep.data.groupby(["problem_key", "env_id"]).ngroups),
+        "split": {"method": "crc32(shape_key) % 1000 < 1000 * test_fraction", "held out on": "every GPU"},
+        "tuning": [{**params.__dict__, "chosen": True}],
+        "test_scores": scores[gpu_slug(environments[0])],
+        "test_scores_per_gpu": scores,
+        "final_fit_seconds": round(fit_s, 1),
+        "blocked_engines": sel.manifest["blocked_engines"],
+        "dtypes": sorted(frame["dtype"].unique()),
+        "shortlist_rank": SHORTLIST_RANK,
+        "spaces": sel.manifest["spaces"],
+        "time_model": {"file": TIME_MODEL_FILE, "target": "log2(time_ms)"},
+        "command": command,
+    }
