@@ -43,7 +43,9 @@ class ModelLoading:
         #: Seconds the load took (for the benchmarks of a fresh process).
         self.seconds = 0.0
         if background and (selector is None or isinstance(selector, (str, os.PathLike))):
-            threading.Thread(target=self._load, name="algosel-model", daemon=True).start()
+            # Not a daemon: a process that ends while the model loads waits for the load (a second or two) rather
+            # than finalize under it (pyarrow's thread pool, still reading the catalogue, hung such exits)
+            threading.Thread(target=self._load, name="algosel-model", daemon=False).start()
         else:
             self._load(raising=True)
 
