@@ -59,7 +59,8 @@ class ModelLoading:
             if raising:
                 raise
             why = f"the model cannot be loaded ({exc}); the hook runs PyTorch's own convolutions"
-            warn_once(why)
+            if threading.main_thread().is_alive():  # (a process that ended mid-load has nothing left to warn)
+                warn_once(why)
             self.selector, self.unavailable = NoModel(why), why
         finally:
             self.seconds = time.perf_counter() - t0
