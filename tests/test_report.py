@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import REPO, SLICE
 
+from algosel.candidates import DEFAULT_ID
 from algosel.learn.artifact import SelectorError
 from algosel.learn.evaluate import SELECTORS, is_test_shape
 from algosel.problem import ConvProblem
@@ -148,7 +149,7 @@ def test_worst_cases_name_the_chosen_and_best_candidates(comparison) -> None:
             assert times[(key, row["chosen_candidate"])] == row["chosen_time_ms"]
             assert times[(key, row["best_candidate"])] == row["best_time_ms"]
             assert row["ratio"] == pytest.approx(row["chosen_time_ms"] / row["best_time_ms"])
-            assert (sel != "pytorch_default") or row["chosen_candidate"] == "pytorch:default"
+            assert (sel != "pytorch_default") or row["chosen_candidate"] == DEFAULT_ID
 
 
 def test_worst_cases_are_in_the_page(with_model, comparison) -> None:

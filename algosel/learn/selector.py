@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from algosel.candidates import DEFAULT_ID
 from algosel.learn.artifact import (
     SPACES_DEFAULT,
     SelectorError,
@@ -43,10 +44,9 @@ from algosel.learn.artifact import (
     space_of,
 )
 
-# Choice, candidate_row, offline_rows and DEFAULT_ID are the choice's; check_environment, new_gpu_fix and
+# Choice, candidate_row and offline_rows are the choice's; check_environment, new_gpu_fix and
 # JointModelWarning the model environment's: public names, importable from here as they always were.
 from algosel.learn.choice import (  # noqa: F401
-    DEFAULT_ID,
     Choice,
     candidate_row,
     choice_of,
@@ -348,7 +348,7 @@ class Selector:
     ) -> dict[str, float]:
         """The time model's predicted device time (ms) of candidates of ``problem``, by candidate id.
 
-        Any candidate of the problem's list may be asked for, shortlisted or not, ``"pytorch:default"`` included
+        Any candidate of the problem's list may be asked for, shortlisted or not, ``DEFAULT_ID`` included
         (the runtime compares a choice's predicted time with the default's to decide whether a switch pays for
         its host overhead).
 

@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING
 import lightgbm as lgb
 import numpy as np
 
+from algosel.candidates import DEFAULT_ID
 from algosel.learn import selector as selector_module
-from algosel.learn.selector import DEFAULT_ID, ExtrapolationWarning
+from algosel.learn.selector import ExtrapolationWarning
 from algosel.measure.grid import GridSpec, sample_grid
 from algosel.problem import ConvProblem
 
