@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import types
 from pathlib import Path
 
 import pytest
@@ -344,26 +343,25 @@ def test_parse_shard_rejects_an_index_out_of_range(text: str) -> None:
         parse_shard(text)
 
 
-def test_time_budget_leaves_cases_for_a_later_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_time_budget_leaves_cases_for_a_later_run(tmp_path: Path) -> None:
     clock = [1000.0]
-    monkeypatch.setattr("algosel.measure.sweep.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     cases = _cases(6)
     # 10 s a case, 25 s budget: after two cases (20 s) a third would end at 30 s.
     sweeper = CountingSweeper(clock, case_seconds=10.0)
-    report = run_sweep(cases, sweeper, tmp_path, time_budget_s=25.0, progress=False)
+    report = run_sweep(cases, sweeper, tmp_path, time_budget_s=25.0, progress=False, clock_s=lambda: clock[0])
     assert (report.measured, report.left_for_later) == (2, 4)
     assert sweeper.measured == [c.key for c in cases[:2]]
     assert _recorded_cases(tmp_path) == sorted(c.key for c in cases[:2])
     later = CountingSweeper(clock, case_seconds=10.0)
-    report = run_sweep(cases, later, tmp_path, time_budget_s=25.0, progress=False)
+    report = run_sweep(cases, later, tmp_path, time_budget_s=25.0, progress=False, clock_s=lambda: clock[0])
     assert (report.measured, report.skipped_done, report.left_for_later) == (2, 2, 2)
     assert later.measured == [c.key for c in cases[2:4]]
 
 
-def test_time_budget_always_runs_the_first_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_time_budget_always_runs_the_first_case(tmp_path: Path) -> None:
     clock = [0.0]
-    monkeypatch.setattr("algosel.measure.sweep.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
-    report = run_sweep(_cases(3), CountingSweeper(clock, 100.0), tmp_path, time_budget_s=1.0, progress=False)
+    sweeper = CountingSweeper(clock, 100.0)
+    report = run_sweep(_cases(3), sweeper, tmp_path, time_budget_s=1.0, progress=False, clock_s=lambda: clock[0])
     assert (report.measured, report.left_for_later) == (1, 2)
 
 
@@ -418,14 +416,12 @@ def _shortlist(sweeper: Sweeper, names: tuple[str, ...]) -> dict[str, dict]:
     return {r["candidate_id"]: r for r in sweeper.measure_candidates(FC, pairs)}
 
 
-def test_checked_against_the_first_candidate_no_reference_is_computed(monkeypatch) -> None:
-    import algosel.measure.sweeper as sweeper_mod
-
+def test_checked_against_the_first_candidate_no_reference_is_computed() -> None:
     def no_reference(*args, **kwargs):
         raise AssertionError("the exact reference was computed")
 
-    monkeypatch.setattr(sweeper_mod, "reference", no_reference)
-    sweeper = Sweeper([], FakeTimer(lambda label: TIMES[label]), ENV, device="cpu", reference="first")
+    timer = FakeTimer(lambda label: TIMES[label])
+    sweeper = Sweeper([], timer, ENV, device="cpu", reference="first", exact_reference=no_reference)
     rows = _shortlist(sweeper, ("zeros", "untouched", "good"))
     assert rows[DEFAULT_ID]["status"] == "ok" and rows[DEFAULT_ID]["max_rel_error"] == 0.0
     assert rows["fake:zeros"]["status"] == "wrong_result"
@@ -536,18 +532,16 @@ class _SlowBuilds(CandidateSpace):
         return _Run()
 
 
-def _slow_sweeper(monkeypatch, times_ms: dict[str, float]) -> tuple[Sweeper, _SlowBuilds]:
-    import algosel.measure.sweeper as sweeper_mod
-
+def _slow_sweeper(times_ms: dict[str, float]) -> tuple[Sweeper, _SlowBuilds]:
     clock = [0.0]
-    monkeypatch.setattr(sweeper_mod, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     timer = FakeTimer(lambda label: times_ms[label])
-    return Sweeper([], timer, ENV, device="cpu", reference="first", slow_build_s=0.05), _SlowBuilds(clock)
+    sweeper = Sweeper([], timer, ENV, device="cpu", reference="first", slow_build_s=0.05, clock_s=lambda: clock[0])
+    return sweeper, _SlowBuilds(clock)
 
 
-def test_an_engine_that_builds_slowly_and_loses_is_not_built_again(monkeypatch) -> None:
+def test_an_engine_that_builds_slowly_and_loses_is_not_built_again() -> None:
     times = {DEFAULT_ID: 1.0, "slow:eng3_a=0.2": 2.0, "slow:eng3_b=0.01": 0.5, "slow:eng4_a=0.01": 0.9}
-    sweeper, space = _slow_sweeper(monkeypatch, times)
+    sweeper, space = _slow_sweeper(times)
     default = PyTorchDefaultSpace()
     pairs = [(default, default.candidate("default", FC.direction))]
     pairs += [(space, space.candidate(n, FC.direction)) for n in ("eng3_a=0.2", "eng3_b=0.01", "eng4_a=0.01")]
@@ -564,9 +558,9 @@ def test_an_engine_that_builds_slowly_and_loses_is_not_built_again(monkeypatch) 
     assert len(sweeper.measure_candidates(nhwc, pairs_nhwc)) == 2 and space.prepared[-1] == "eng3_a=0.2"
 
 
-def test_a_slow_build_that_is_the_fastest_keeps_its_engine(monkeypatch) -> None:
+def test_a_slow_build_that_is_the_fastest_keeps_its_engine() -> None:
     times = {DEFAULT_ID: 1.0, "slow:eng3_a=0.2": 0.5}
-    sweeper, space = _slow_sweeper(monkeypatch, times)
+    sweeper, space = _slow_sweeper(times)
     default = PyTorchDefaultSpace()
     pairs = [(default, default.candidate("default", FC.direction)), (space, space.candidate("eng3_a=0.2", "fwd"))]
     assert [r["status"] for r in sweeper.measure_candidates(FC, pairs)] == ["ok", "ok"]
@@ -574,9 +568,9 @@ def test_a_slow_build_that_is_the_fastest_keeps_its_engine(monkeypatch) -> None:
     assert len(sweeper.measure_candidates(FC, pairs)) == 2 and space.prepared == ["eng3_a=0.2"] * 2
 
 
-def test_sweeps_measure_every_candidate_however_slow_its_build(monkeypatch) -> None:
+def test_sweeps_measure_every_candidate_however_slow_its_build() -> None:
     times = {DEFAULT_ID: 1.0, "slow:eng3_a=0.2": 2.0, "slow:eng3_b=0.2": 2.0}
-    sweeper, space = _slow_sweeper(monkeypatch, times)
+    sweeper, space = _slow_sweeper(times)
     sweeper.slow_build_s = None  # a sweep's setting
     pairs = [(space, space.candidate(n, FC.direction)) for n in ("eng3_a=0.2", "eng3_b=0.2")]
     assert len(sweeper.measure_candidates(FC, pairs)) == 2 and sweeper.slow_engines == set()
