@@ -34,8 +34,9 @@ from conftest import REPO, SLICE
 import algosel
 from algosel.files import atomic_directory, write_text
 from algosel.learn.artifact import CATALOGUE_FILE, MANIFEST_FILE, MODEL_FILE, SelectorError, verify_directory
+from algosel.learn.extrapolation import ExtrapolationWarning, extrapolation_warnings_scope
 from algosel.learn.models import load_default
-from algosel.learn.selector import ExtrapolationWarning, Selector
+from algosel.learn.selector import Selector
 from algosel.learn.time_model import TIME_MODEL_FILE
 from algosel.learn.train import SMALL_DATA_ROWS, training_threads
 from algosel.problem import ConvProblem
@@ -448,15 +449,12 @@ def test_answers_outside_the_models_records_say_so(fields, reason) -> None:
     assert choices and all(c.extrapolated and reason in c.extrapolation for c in choices)
 
 
-def test_one_extrapolation_warning_per_kind_and_process(monkeypatch) -> None:
+def test_one_extrapolation_warning_per_kind_and_process() -> None:
     """A first extrapolation (the batch size) does not silence a later one of another kind (the channels); a
     second of a kind already warned about (another batch size) stays quiet."""
-    import algosel.learn.selector as selector_module
-
-    monkeypatch.setattr(selector_module, "_extrapolation_warned", frozenset())
     p = ConvProblem.from_key(RECORDED)
     sel = load_default()  # the shipped model, without the answers an earlier test got (memoised, warned no more)
-    with warnings.catch_warnings(record=True) as seen:
+    with extrapolation_warnings_scope(), warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         assert algosel.predict(p.replace(n=10**6), live=False, model=sel)[0].extrapolated
         assert algosel.predict(p.replace(c=10**5), live=False, model=sel)[0].extrapolated

@@ -14,7 +14,7 @@ The files of a model directory are :mod:`algosel.learn.artifact`'s; finding the 
 An answer for a problem outside what the model's records cover (a dtype or layout they lack, nothing of its kind
 recorded, a size far beyond the recorded ones: :meth:`Selector.coverage`) is still given, but says so: every
 :class:`Choice` of it has ``extrapolated`` set and the reason in ``extrapolation``, and the first such answer of each
-kind in a process warns (:class:`ExtrapolationWarning`).
+kind in a process warns (:class:`ExtrapolationWarning`, :mod:`algosel.learn.extrapolation`).
 
 A model with a time model (:mod:`algosel.learn.time_model`) also predicts each candidate's device time: every
 :class:`Choice` carries it, and :meth:`Selector.predicted_time_ms` gives it for any candidate of the list,
@@ -27,7 +27,6 @@ times, kept per problem and list (:mod:`algosel.learn.predicted_time`).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,9 @@ from algosel.learn.choice import (  # noqa: F401
     offline_rows,
 )
 from algosel.learn.compiled import attach_cached
+
+# ExtrapolationWarning is the extrapolation module's: importable from here as it always was.
+from algosel.learn.extrapolation import ExtrapolationWarning, warn_extrapolation  # noqa: F401
 from algosel.learn.features import assemble, hardware_vector, listed_candidate_matrix
 from algosel.learn.model_environment import JointModelWarning, check_environment, new_gpu_fix  # noqa: F401
 from algosel.learn.predicted_time import (
@@ -73,38 +75,6 @@ from algosel.spaces import get_space, space_names
 #: A problem size (a field, or the FLOPs) more than this factor beyond the smallest or largest recorded one lies
 #: outside what a model covers: its answer is an extrapolation.
 EXTRAPOLATION_FACTOR = 2.0
-
-
-class ExtrapolationWarning(UserWarning):
-    """An answer for a problem outside what the model's records cover; warned once per process and kind of
-    extrapolation (each dtype and layout the records lack, each size field beyond them, no problem of its kind)."""
-
-
-#: The kinds of extrapolation warned about in this process (:func:`_extrapolation_kind`). A frozenset rebound, never
-#: changed in place, so that a caller may save and restore it around answers it does not want warned about.
-_extrapolation_warned: frozenset[str] = frozenset()
-
-
-def _extrapolation_kind(why: str) -> str:
-    """The kind of a :meth:`Selector.coverage` reason: ``dtype 'bfloat16'``, ``layout 'nhwc'``, a size field
-    (``n``, ``h``, ``flops``...) or the reason itself (no problem of its kind)."""
-    return why.split(" is ", 1)[0].split("=", 1)[0]
-
-
-def _warn_extrapolation(problem: ConvProblem, why: str) -> None:
-    # Once per kind, not once per process: a first answer beyond the recorded batch sizes must not silence a later
-    # one in a dtype the records lack; nor once per problem, which would warn on every layer of a network.
-    global _extrapolation_warned  # noqa: PLW0603 - per process, whatever the selector
-    kind = _extrapolation_kind(why)
-    if kind in _extrapolation_warned:
-        return
-    _extrapolation_warned = _extrapolation_warned | {kind}
-    warnings.warn(
-        f"algosel: {problem.key}: {why}; the model's answer is an extrapolation (Choice.extrapolated; "
-        f"further ones of this kind ({kind}) are not warned about)",
-        ExtrapolationWarning,
-        stacklevel=5,  # the caller of algosel.predict (predict -> choose -> _rank -> here)
-    )
 
 
 class Selector:
@@ -321,7 +291,7 @@ class Selector:
                 self._times.keep(time_key, known if default_ms is None else {**known, DEFAULT_ID: default_ms})
         why = self.coverage(problem, source)
         if why:
-            _warn_extrapolation(problem, why)
+            warn_extrapolation(problem, why)
         return [choice_of(problem, rows[i], scores[i], source, why, t) for i, t in zip(order, times)]
 
     def _shortlist(self, all_rows: list[dict[str, Any]], mkey: tuple | None) -> tuple[list[int], np.ndarray]:
