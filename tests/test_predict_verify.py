@@ -91,7 +91,7 @@ def test_the_hook_runs_what_predict_measured_without_timing_it_again(tmp_path):
     measurer = ScriptedMeasurer(_times)
     got = algosel.predict(**SHAPE, verify=3, live=False, measurer=measurer, device_probe=CAN_TIME, cache=cache)
     hook_measurer = ScriptedMeasurer(_times)
-    ex = Executor(selector=Preferring(algosel.runtime.api._selector(None, False), recorded=False), verify=3,
+    ex = Executor(selector=Preferring(algosel.runtime.api.shared_selector(), recorded=False), verify=3,
                   cache=cache, measurer=hook_measurer, device_probe=CAN_TIME, native=False)  # fmt: skip
     decision = ex.decide(algosel.ConvProblem(**SHAPE), torch.device("cpu"))
     assert hook_measurer.timed == []

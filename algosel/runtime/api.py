@@ -17,7 +17,9 @@ from algosel.spaces import get_space
 _selectors: dict[Any, Selector] = {}
 
 
-def _selector(model: str | Path | Selector | None, force: bool, space: str = "cudnn") -> Selector:
+def shared_selector(model: str | Path | Selector | None = None, force: bool = False, space: str = "cudnn") -> Selector:
+    """The selector ``algosel.predict`` answers with for these arguments: ``model`` itself where it is one, else the
+    model directory (``None``: the shipped one of ``space`` for this GPU) loaded once per process."""
     if isinstance(model, Selector):
         return model
     key = (str(model) if model is not None else None, force, space)
@@ -167,7 +169,7 @@ def predict(
         raise ValueError("predict() needs a ConvProblem or its fields as keywords (n=, c=, k=, h=, w=, r=, s=, ...)")
     if space not in MODEL_SPACES:
         raise ValueError(f"space must be {' or '.join(map(repr, MODEL_SPACES))}, got {space!r}")
-    sel = _selector(model, force, space)
+    sel = shared_selector(model, force, space)
     if sel.space != space:
         raise ValueError(f"the model {model} selects {sel.space} candidates, not {space}")
     if live is None:
