@@ -99,13 +99,11 @@ def build_model(directory: Path) -> None:
     prep = Prepared.build(frame, envs)
     train = prep.rows(~is_test_shape(prep.shape))
     sel = fit_selector(train, params, TimeModelParams(num_threads=params.num_threads), frame, [env])
-    from algosel.learn.selector import Selector
-
     extra = {k: sel.manifest[k] for k in ("shortlist_rank", "spaces", "blocked_engines")}
     extra.update({"dtypes": sorted(frame["dtype"].unique()), "data": [str(p.relative_to(REPO)) for p in TRAIN],
                   "time_model": {"file": "time_model.txt", "target": "log2(time_ms)"}})  # fmt: skip
     manifest = new_manifest(params, env, extra)
-    Selector(sel.ranker, manifest, sel._saved_catalogue, sel.time_model).save(directory, replace=True)
+    sel.with_manifest(manifest).save(directory, replace=True)
     (directory / CALIBRATION_FILE).write_text(fit_calibration(sel, frame, envs).to_json())
     record_files(directory, [CALIBRATION_FILE])
 

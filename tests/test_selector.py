@@ -36,6 +36,16 @@ def test_artifact_round_trip_gives_the_same_scores(slice_model, slice_records, t
         assert field in manifest
 
 
+def test_a_selector_saved_under_another_manifest_keeps_its_model(slice_model, slice_records, tmp_path):
+    frame, _ = slice_records
+    sel = Selector.load(slice_model[0])
+    renamed = sel.with_manifest({**sel.manifest, "data": ["elsewhere"]})
+    again = Selector.load(renamed.save(tmp_path / "renamed"))
+    assert again.manifest["data"] == ["elsewhere"] and sel.manifest.get("data") != ["elsewhere"]
+    p = ConvProblem.from_key(frame["problem_key"].iloc[0])
+    assert [c.candidate_id for c in again.choose(p, top_k=5)] == [c.candidate_id for c in sel.choose(p, top_k=5)]
+
+
 @pytest.mark.parametrize("missing", [MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE])
 def test_missing_file_is_named(model_copy, missing):
     (model_copy / missing).unlink()

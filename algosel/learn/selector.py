@@ -139,6 +139,11 @@ class Selector:
             replace_shipped=replace_shipped,
         )
 
+    def with_manifest(self, manifest: dict[str, Any]) -> Selector:
+        """The same ranker, time model and catalogue (every GPU's, for a joint model) under another manifest: a
+        model fitted in memory, saved with the fields of the run that made it."""
+        return Selector(self.ranker, manifest, self._saved_catalogue, self.time_model)
+
     @classmethod
     def load(cls, directory: str | Path, force: bool = False) -> Selector:
         """Load a model directory.
