@@ -18,7 +18,7 @@ from algosel.learn.evaluate import SELECTORS, is_test_shape
 from algosel.problem import ConvProblem
 from algosel.records import RecordsError, load_records
 from algosel.records.analysis import comparison_table
-from algosel.study.report import add_parser, build_report
+from algosel.study.report import DEFAULT_WORST, add_parser, build_report
 from algosel.study.report_data import (
     KNOWN_SELECTORS,
     LABELS,
@@ -246,10 +246,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def test_command_line(model_dir, tmp_path, capsys) -> None:
+    """The report's two lines of the parser; a report with a model through the command line is
+    tests/test_tutorial.py's (``algosel report --data .. --model .. --out ..``), the one here compares the baselines."""
     out = tmp_path / "cli"
-    args = _parser().parse_args(
-        ["report", "--data", str(SLICE), "--model", str(model_dir), "--out", str(out), "--worst", "2"]
-    )
+    args = _parser().parse_args(["report", "--data", str(SLICE), "--model", str(model_dir), "--out", str(out)])
+    assert (args.model, args.worst) == (str(model_dir), DEFAULT_WORST)
+    args = _parser().parse_args(["report", "--data", str(SLICE), "--out", str(out), "--worst", "2"])
     assert args.func(args) == 0
     assert f"wrote {out / 'index.html'}" in capsys.readouterr().out
     assert (out / "index.html").is_file()
