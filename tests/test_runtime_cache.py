@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from algosel.candidates import DEFAULT_ID
+from algosel.candidates import DEFAULT_ID, DecisionSource
 from algosel.cli import main
 from algosel.runtime.cache import Decision, RuntimeCache, cache_folders
 
@@ -27,6 +27,16 @@ def test_a_decision_is_read_by_a_new_instance(tmp_path):
     got = RuntimeCache(tmp_path, ENV).get(KEY)
     assert got == _decision()
     assert RuntimeCache(tmp_path, dict(ENV, cudnn=90100)).get(KEY) is None  # another environment: another folder
+
+
+@pytest.mark.parametrize("source", list(DecisionSource))
+def test_a_decision_source_is_written_as_its_plain_value(tmp_path, source):
+    """The vocabulary is a type in the code and the same strings on disk: a cache written before it reads the same."""
+    cache = RuntimeCache(tmp_path, ENV)
+    cache.put(_decision(source=source))
+    assert f'"source": "{source.value}"' in cache.decisions_path.read_text()
+    got = RuntimeCache(tmp_path, ENV).get(KEY)
+    assert got.source == source and str(source) == source.value
 
 
 def test_decisions_appended_by_another_process_are_seen_on_a_miss(tmp_path):

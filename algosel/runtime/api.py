@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from algosel.candidates import DEFAULT_ID
+from algosel.candidates import DEFAULT_ID, DecisionSource
 from algosel.learn.models import MODEL_SPACES, live_available, load_default
 from algosel.learn.selector import Choice, Selector
 from algosel.problem import ConvProblem
@@ -274,8 +274,8 @@ def _verified(problem: ConvProblem, choices: list[Choice], measurer: Any, cache:
     from algosel.runtime.cache import Decision  # noqa: PLC0415
 
     hit = cache.get(problem.key) if cache is not None else None
-    times = dict(hit.times_ms) if hit is not None and hit.source == "measured" else {}
-    host_us = dict(hit.host_us) if hit is not None and hit.source == "measured" else {}
+    times = dict(hit.times_ms) if hit is not None and hit.source == DecisionSource.MEASURED else {}
+    host_us = dict(hit.host_us) if hit is not None and hit.source == DecisionSource.MEASURED else {}
     if with_default and not any(c.candidate_id == DEFAULT_ID for c in choices):
         choices = [*choices, _default_choice(choices)]
     todo = [c for c in choices if c.candidate_id not in times]
@@ -292,7 +292,7 @@ def _verified(problem: ConvProblem, choices: list[Choice], measurer: Any, cache:
                 host_us[c.candidate_id] = float(row["host_overhead_us"])
         if cache is not None:
             best = min(times, key=times.get)
-            cache.put(Decision(problem.key, best, "measured", "fastest" if best == DEFAULT_ID else "",
+            cache.put(Decision(problem.key, best, DecisionSource.MEASURED, "fastest" if best == DEFAULT_ID else "",
                                times, host_us, by="predict"))  # fmt: skip
     timed = [dataclasses.replace(c, measured_time_ms=None if math.isinf(times[c.candidate_id]) else
                                  times[c.candidate_id], source="measured") for c in choices]  # fmt: skip

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from algosel.candidates import DEFAULT_ID
+from algosel.candidates import DEFAULT_ID, DecisionSource  # noqa: F401 - Decision.source's vocabulary, importable here
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class Decision:
 
     problem: str  # problem key
     candidate_id: str  # DEFAULT_ID for PyTorch's own path
-    source: str  # "records", "measured" (timed here) or "predicted" (the model's time estimate)
+    source: str  # a DecisionSource: "records", "measured" (timed here), "predicted" (the model's times) or "model"
     reason: str = ""  # why PyTorch's own path, where it is
     times_ms: dict[str, float] = field(default_factory=dict)  # per candidate, measured or predicted
     host_us: dict[str, float] = field(default_factory=dict)  # host time per call, measured (records or here)
