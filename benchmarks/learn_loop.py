@@ -40,6 +40,7 @@ from typing import Any
 
 import pandas as pd
 
+from algosel.candidates import DEFAULT_ID
 from algosel.learn.cache_records import with_cache_records
 from algosel.learn.evaluate import Prepared
 from algosel.learn.joint import fit_selector
@@ -54,7 +55,6 @@ from algosel.runtime.cache import Decision, RuntimeCache
 from algosel.runtime.measured import records_from_cache
 
 H200 = [f"data/sweeps/h200{s}" for s in ("", "-nhwc", "-layers", "-zoo-f32", "-zoo-nhwc", "-loss")]
-DEFAULT_ID = "pytorch:default"
 
 
 @dataclass(frozen=True)

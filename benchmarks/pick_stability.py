@@ -18,12 +18,13 @@ import argparse
 import numpy as np
 import pandas as pd
 
+from algosel.candidates import DEFAULT_ID
 from algosel.records import load_records
 
 H200 = [f"data/sweeps/h200{s}" for s in ("", "-nhwc", "-layers", "-zoo-f32", "-zoo-nhwc", "-loss")]
 LAYER = ["c", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h", "dilation_w", "groups", "dtype",
          "layout", "direction"]  # fmt: skip
-DEFAULT = "pytorch:default"
+DEFAULT = DEFAULT_ID
 
 
 def pairs(frame: pd.DataFrame, near: float | None) -> pd.DataFrame:

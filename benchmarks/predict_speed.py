@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from algosel.candidates import DEFAULT_ID
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -79,10 +81,10 @@ def main() -> None:
         default_us = []
         if selector.time_model is not None:
             other = fresh(path == "compiled")
-            other.predicted_time_ms(problems[0], ["pytorch:default"])
+            other.predicted_time_ms(problems[0], [DEFAULT_ID])
             for q in problems[1:]:
                 t = time.perf_counter()
-                other.predicted_time_ms(q, ["pytorch:default"])
+                other.predicted_time_ms(q, [DEFAULT_ID])
                 default_us.append(1e6 * (time.perf_counter() - t))
         p = problems[1]
         algosel.predict(p, model=selector, live=False)

@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from algosel.candidates import DEFAULT_ID
+
 REPO = Path(__file__).resolve().parents[1]
 TRUTH = [REPO / "data/sweeps/h200", REPO / "data/sweeps/h200-zoo-f32", REPO / "data/sweeps/h200-layers",
          REPO / "data/sweeps/h200-mynet"]  # fmt: skip
@@ -97,13 +99,11 @@ def build_model(directory: Path) -> None:
     prep = Prepared.build(frame, envs)
     train = prep.rows(~is_test_shape(prep.shape))
     sel = fit_selector(train, params, TimeModelParams(num_threads=params.num_threads), frame, [env])
-    from algosel.learn.selector import Selector
-
     extra = {k: sel.manifest[k] for k in ("shortlist_rank", "spaces", "blocked_engines")}
     extra.update({"dtypes": sorted(frame["dtype"].unique()), "data": [str(p.relative_to(REPO)) for p in TRAIN],
                   "time_model": {"file": "time_model.txt", "target": "log2(time_ms)"}})  # fmt: skip
     manifest = new_manifest(params, env, extra)
-    Selector(sel.ranker, manifest, sel._saved_catalogue, sel.time_model).save(directory, replace=True)
+    sel.with_manifest(manifest).save(directory, replace=True)
     (directory / CALIBRATION_FILE).write_text(fit_calibration(sel, frame, envs).to_json())
     record_files(directory, [CALIBRATION_FILE])
 
@@ -136,11 +136,11 @@ class Truth:
                        for k, g in ok.groupby("problem_key")}  # fmt: skip
 
     def has(self, key: str) -> bool:
-        return "pytorch:default" in self.times.get(key, {})
+        return DEFAULT_ID in self.times.get(key, {})
 
     def time(self, key: str, cid: str) -> float:
         t = self.times[key]
-        return t.get(cid, t["pytorch:default"])  # a candidate the records lack runs PyTorch's (as a failed build)
+        return t.get(cid, t[DEFAULT_ID])  # a candidate the records lack runs PyTorch's (as a failed build)
 
 
 def timing_ms(truth: Truth, key: str, ids: list[str], costs) -> float:
@@ -183,7 +183,7 @@ def run_arm(arm: str, steps: list[list], truth: Truth, selector, calibration, co
                 if measurer is not None and len(measurer.asked) > asked:
                     cost += sum(timing_ms(truth, key, ids, costs) for ids in measurer.asked[asked:])
                 decide_ms += cost
-                switched += chosen[key] != "pytorch:default"
+                switched += chosen[key] != DEFAULT_ID
             total += truth.time(key, chosen[key])
         step_ms.append(total)
     return {"kernels_ms": float(sum(step_ms)), "decide_ms": decide_ms, "steady_ms": step_ms[-1],
@@ -193,13 +193,13 @@ def run_arm(arm: str, steps: list[list], truth: Truth, selector, calibration, co
 def decide_arm(arm: str, p, truth: Truth, ex, costs, limit: int) -> tuple[str, float]:
     times = truth.times[p.key]
     if arm == "default":
-        return "pytorch:default", 0.0
+        return DEFAULT_ID, 0.0
     if arm == "best":
         return min(times, key=times.get), 0.0
     if arm == "benchmark":
         tried = [c for _, c in truth.rank_a[p.key][:limit]]
         if not tried:
-            return "pytorch:default", 0.0
+            return DEFAULT_ID, 0.0
         return min(tried, key=times.get), timing_ms(truth, p.key, tried, costs)
     decision = ex.decide(p, __import__("torch").device("cpu"))  # FakeDevice times on it
     cost = costs.plan_build_ms if decision.source == "predicted" and decision.candidate_id.startswith("cudnn:") else 0

@@ -16,6 +16,7 @@ import json
 import sys
 import time
 
+from algosel.candidates import DEFAULT_ID
 from algosel.measure.sweep import SweepCase, Sweeper, run_sweep
 from algosel.measure.timing import FakeTimer
 from algosel.problem import ConvProblem
@@ -23,7 +24,7 @@ from algosel.spaces.gemm import GemmSpace
 from algosel.spaces.pytorch import PyTorchDefaultSpace
 
 ENV = {"env_id": "cpu-sweep", "gpu_name": "none (CPU test sweep)"}
-TIMES_MS = {"gemm:fc": 0.5, "gemm:pointwise": 0.4, "pytorch:default": 1.0}
+TIMES_MS = {"gemm:fc": 0.5, "gemm:pointwise": 0.4, DEFAULT_ID: 1.0}
 
 
 def cases(count: int) -> list[SweepCase]:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from algosel.candidates import DEFAULT_ID
 from algosel.records.analysis import comparison_table, geomean, ok_rows, per_problem, selector_stats, summarize
 
 
@@ -50,14 +51,14 @@ def _records() -> pd.DataFrame:
         _row("p1_fwd", "cudnn:e1", 2.0, rank_a=0, rank_b=1),
         _row("p1_fwd", "cudnn:e2", 1.0, rank_a=1, rank_b=0),
         _row("p1_fwd", "cudnn:e9", 0.1, status="wrong_result", rank_a=2),
-        _row("p1_fwd", "pytorch:default", 1.5),
+        _row("p1_fwd", DEFAULT_ID, 1.5),
         _row("p2_bwd_data", "cudnn:e1", 0.5, status="build_failed", rank_a=0, direction="bwd_data", dtype="float16"),
         _row("p2_bwd_data", "cudnn:e2", 3.0, rank_a=1, rank_b=0, direction="bwd_data", dtype="float16"),
         _row("p2_bwd_data", "cudnn:e3", 4.0, rank_a=2, rank_b=1, direction="bwd_data", dtype="float16"),
         _row("p2_bwd_data", "gemm:fc", 2.0, direction="bwd_data", dtype="float16"),
-        _row("p2_bwd_data", "pytorch:default", 3.0, direction="bwd_data", dtype="float16"),
+        _row("p2_bwd_data", DEFAULT_ID, 3.0, direction="bwd_data", dtype="float16"),
         _row("p3_fwd", "cudnn:e1", 1.0, rank_a=0, rank_b=0, dtype="float16"),
-        _row("p3_fwd", "pytorch:default", 1.04, dtype="float16"),
+        _row("p3_fwd", DEFAULT_ID, 1.04, dtype="float16"),
     ]
     return pd.DataFrame(rows)
 

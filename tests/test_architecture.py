@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "algosel"
 #: Layers, bottom first: a module may import its own layer and the layers below, never above
 #: (docs/architecture.md draws this).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("algosel.version", "algosel.problem", "algosel.resources", "algosel.files", "algosel.outputs"),
+    ("algosel.version", "algosel.problem", "algosel.resources", "algosel.files", "algosel.outputs",
+     "algosel.candidates"),
     ("algosel.operands",),
     ("algosel.spaces",),
     ("algosel.records",),

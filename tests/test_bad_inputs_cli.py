@@ -473,19 +473,13 @@ def test_one_extrapolation_warning_per_kind() -> None:
     """A dtype the records lack and a batch size beyond them are two kinds: both warned about, once each (the
     first used to silence every later one; tests/test_reliability.py has the size fields)."""
     import algosel
-    import algosel.learn.selector as selector_module
-    from algosel.learn.selector import ExtrapolationWarning
+    from algosel.learn.extrapolation import ExtrapolationWarning, extrapolation_warnings_scope
 
-    saved = selector_module._extrapolation_warned
-    selector_module._extrapolation_warned = frozenset()
-    try:
-        p = ConvProblem.from_key(RECORDED)
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            for fields in ({"dtype": "float32_strict"}, {"n": 10**6}, {"dtype": "float32_strict", "k": 128}):
-                assert algosel.predict(p.replace(**fields), live=False)[0].extrapolated
-    finally:
-        selector_module._extrapolation_warned = saved
+    p = ConvProblem.from_key(RECORDED)
+    with extrapolation_warnings_scope(), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for fields in ({"dtype": "float32_strict"}, {"n": 10**6}, {"dtype": "float32_strict", "k": 128}):
+            assert algosel.predict(p.replace(**fields), live=False)[0].extrapolated
     caught = [str(w.message) for w in seen if issubclass(w.category, ExtrapolationWarning)]
     assert len(caught) == 2 and "dtype 'float32_strict'" in caught[0] and "n=1000000" in caught[1], caught
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from algosel.candidates import DEFAULT_ID
 from algosel.runtime import hook
 
 #: The issue's case: a fully connected mode (kernel = input), which the GEMM lowering takes on a GPU.
@@ -123,7 +124,7 @@ def test_a_cache_line_of_other_bytes_than_utf8_is_a_damaged_line_not_an_error(tm
     cache.put(Decision("p1", "gemm:fc", "predicted"))
     with cache.decisions_path.open("ab") as fh:
         fh.write(b'{"problem": "\xff\xfe", "candidate_id": "x"}\n')
-    cache.put(Decision("p2", "pytorch:default", "predicted"))
+    cache.put(Decision("p2", DEFAULT_ID, "predicted"))
     reader = RuntimeCache(tmp_path, env)
     with pytest.warns(
         RuntimeWarning, match=rf"skipped 1 damaged line\(s\) of the runtime cache {cache.decisions_path}"

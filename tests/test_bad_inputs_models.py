@@ -32,6 +32,7 @@ import pytest
 from cli_rows import check_command_row
 from conftest import REPO
 
+from algosel.candidates import DEFAULT_ID
 from algosel.learn.artifact import MANIFEST_FILE, MODEL_FILE, SelectorError, read_manifest
 from algosel.learn.model_text import ModelTextError, check_model_text
 from algosel.learn.selector import Selector
@@ -128,13 +129,13 @@ def _cache_root(root: Path) -> Path:
     a user's folder; and a user's folder with no header."""
     root.mkdir(mode=0o700)
     own = RuntimeCache(root, ENV)
-    own.put(Decision("k1", "pytorch:default", "records"))
+    own.put(Decision("k1", DEFAULT_ID, "records"))
     own.put_plan("k1", "cudnn:eng0", (1, 2, 3), b"blob")
     (own.folder / "claims").mkdir()
     (own.folder / "claims" / f"{'ab' * 10}.claim").write_text("{}")
     (own.folder / "decisions.jsonl.bad").write_text("set aside\n")
     with_notes = RuntimeCache(root, dict(ENV, cudnn=90100))
-    with_notes.put(Decision("k1", "pytorch:default", "records"))
+    with_notes.put(Decision("k1", DEFAULT_ID, "records"))
     (with_notes.folder / "notes.txt").write_text("a user's notes\n")
     forged = root / "runtime" / "0123456789abcdef"
     forged.mkdir()
@@ -257,7 +258,7 @@ def test_cache_clear_removes_its_own_folders_whole(ran, inputs) -> None:
 
 def test_folder_environment_proves_a_folder_only_by_its_header_and_name(tmp_path) -> None:
     cache = RuntimeCache(tmp_path, ENV)
-    cache.put(Decision("k", "pytorch:default", "records"))
+    cache.put(Decision("k", DEFAULT_ID, "records"))
     assert folder_environment(cache.folder) == (ENV, "")
     renamed = cache.folder.rename(cache.folder.with_name("fedcba9876543210"))
     assert folder_environment(renamed)[0] is None

@@ -10,6 +10,7 @@ import math
 import pytest
 from conftest import SLICE
 
+from algosel.candidates import DEFAULT_ID
 from algosel.cli import main
 from algosel.learn.cache_records import FROM_CACHE_COLUMN, WEIGHT_COLUMN, check_cache_weight, with_cache_records
 from algosel.learn.selector import Selector
@@ -44,13 +45,13 @@ def _fill(root, selector: Selector, problems: list[ConvProblem], gpu_name: str =
     cache = RuntimeCache(root, environment)
     for i, problem in enumerate(problems):
         top = [c.candidate_id for c in selector.choose(problem, top_k=2)]
-        times = {cid: 0.5 + 0.1 * j for j, cid in enumerate(top)} | {"pytorch:default": 1.0}
+        times = {cid: 0.5 + 0.1 * j for j, cid in enumerate(top)} | {DEFAULT_ID: 1.0}
         if i == 0 and len(top) > 1:
             times[top[1]] = math.inf
         cache.put(Decision(problem.key, top[0], "measured", times_ms=times, host_us={top[0]: 4.0}))
     spare = problems[0].replace(n=5)
-    cache.put(Decision(spare.key, "pytorch:default", "predicted", times_ms={"pytorch:default": 0.1}))
-    cache.put(Decision(spare.replace(n=7).key, "pytorch:default", "records", times_ms={"pytorch:default": 0.1}))
+    cache.put(Decision(spare.key, DEFAULT_ID, "predicted", times_ms={DEFAULT_ID: 0.1}))
+    cache.put(Decision(spare.replace(n=7).key, DEFAULT_ID, "records", times_ms={DEFAULT_ID: 0.1}))
     return cache
 
 
@@ -62,7 +63,7 @@ def test_measured_decisions_become_records_with_the_model_s_candidate_columns(tm
     assert set(frame["problem_key"]) == {p.key for p in problems}
     assert set(frame["source"]) == {VERIFY_SOURCE}
     first = frame[frame["problem_key"] == problems[0].key].set_index("candidate_id")
-    assert (first["status"] == "run_failed").sum() == 1 and first.loc["pytorch:default", "time_ms_median"] == 1.0
+    assert (first["status"] == "run_failed").sum() == 1 and first.loc[DEFAULT_ID, "time_ms_median"] == 1.0
     listed = {r["candidate_id"]: r for r in slice_selector.candidates_for(problems[1])[0]}
     for row in frame[frame["problem_key"] == problems[1].key].itertuples():
         assert (row.rank_a, row.rank_b, row.engine_id) == (
@@ -163,7 +164,7 @@ def test_train_from_a_cache_with_nothing_measured_or_of_another_gpu_is_refused(
     (models / "first").symlink_to(slice_model[0])
     fingerprint = slice_selector.manifest["data_fingerprint"]
     idle = RuntimeCache(tmp_path / "idle", {"gpu_name": "NVIDIA H200", "cudnn": 91900, "model": fingerprint})
-    idle.put(Decision("n1_c1_k1_h1_w1_r1_s1_p0x0_u1x1_d1x1_g1_float32_nchw_fwd", "pytorch:default", "predicted"))
+    idle.put(Decision("n1_c1_k1_h1_w1_r1_s1_p0x0_u1x1_d1x1_g1_float32_nchw_fwd", DEFAULT_ID, "predicted"))
     assert _train(tmp_path, "--name", "y", "--from-cache", str(tmp_path / "idle")) == 2
     assert "no measured decision (verify mode's) to learn from" in capsys.readouterr().err
     other = _fill(tmp_path / "other", slice_selector, _unrecorded(slice_selector, slice_records[0], 1), "NVIDIA H100")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from algosel.candidates import DEFAULT_ID
 from algosel.cli import main
 from algosel.measure.cases import build_cases
 from algosel.measure.grid import GridSpec, sample_grid
@@ -199,7 +200,7 @@ def test_summarize_corrupt_part_exits_2_naming_it(capsys: pytest.CaptureFixture[
 
 def test_summarize_a_dataset_swept_on_cpu(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     env = {"env_id": "cpu-env", "gpu_name": "CPU only", "cudnn": None, "torch": torch.__version__, "driver": None}
-    times = {"gemm:fc": 1.0, "pytorch:default": 3.0}
+    times = {"gemm:fc": 1.0, DEFAULT_ID: 3.0}
     sweeper = Sweeper([GemmSpace(), PyTorchDefaultSpace()], FakeTimer(times.__getitem__), env, device="cpu")
     case = SweepCase(ConvProblem(n=2, c=3, k=4, h=5, w=5, r=5, s=5), "grid")
     part = run_sweep([case], sweeper, tmp_path, progress=False).part

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from conftest import REPO, SLICE
 
+from algosel.candidates import DEFAULT_ID
 from algosel.cli import main
 from algosel.learn.evaluate import Prepared, with_pytorch_fallback
 from algosel.learn.evaluate_networks import layers_totals, models_table, time_totals
@@ -195,7 +196,7 @@ def test_the_models_differences_list_the_problems_furthest_apart_first() -> None
     table = pd.DataFrame(
         {"best": [1.0, 1.0, 1.0], "model": [1.0, 4.0, 1.02], "compare_model": [2.0, 1.0, 1.0],
          "pytorch_default": [3.0, 4.0, 1.5], "model_candidate": ["a", "b", "c"],
-         "compare_model_candidate": ["x", "y", "z"], "pytorch_default_candidate": ["pytorch:default"] * 3},
+         "compare_model_candidate": ["x", "y", "z"], "pytorch_default_candidate": [DEFAULT_ID] * 3},
         index=pd.Index(["p1", "p2", "p3"], name="problem_key"),
     )  # fmt: skip
     lines = format_model_differences(table).splitlines()

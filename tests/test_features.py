@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from algosel.candidates import DEFAULT_ID
 from algosel.learn.features import (
     CANDIDATE_FEATURES,
     CATEGORICAL_FEATURES,
@@ -89,7 +90,7 @@ def test_candidate_features_of_an_engine_config():
 
 @pytest.mark.parametrize(
     ("cid", "space", "code", "space_code"),
-    [("gemm:fc", "gemm", 1000, 1), ("gemm:pointwise", "gemm", 1001, 1), ("pytorch:default", "pytorch", 1002, 2)],
+    [("gemm:fc", "gemm", 1000, 1), ("gemm:pointwise", "gemm", 1001, 1), (DEFAULT_ID, "pytorch", 1002, 2)],
 )
 def test_non_cudnn_candidates_get_their_own_engine_codes(cid, space, code, space_code):
     cand = {
@@ -137,7 +138,7 @@ LIST = [
     _cand("cudnn:eng65_k2=1", 65, ra=0, rb=2, status="build_failed"),  # A's first, whatever its status
     _cand("cudnn:eng65_k2=2", 65, ra=2, rb=1, rf=0),
     _cand("cudnn:eng0", 0, rf=1),
-    _cand("pytorch:default", -1, space="pytorch"),
+    _cand(DEFAULT_ID, -1, space="pytorch"),
 ]
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from algosel.candidates import DEFAULT_ID
 from algosel.operands import Operands, conv_args, make_operands, memory_format, relative_error
 from algosel.problem import ConvProblem
 from algosel.spaces.base import Candidate, CandidateError
@@ -151,7 +152,7 @@ def test_pytorch_default_matches_autograd_on_grouped_dilated_3x3(direction, layo
     assert relative_error(out, ref) <= 1e-5
     space = PyTorchDefaultSpace()
     (cand,) = space.enumerate(problem)
-    assert cand.candidate_id == "pytorch:default"
+    assert cand.candidate_id == DEFAULT_ID
     assert relative_error(space.prepare(problem, cand).run(ops), ref) <= 1e-5
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from algosel.candidates import DEFAULT_ID
 from algosel.operands import TOLERANCE, make_operands, math_mode, reference, relative_error
 from algosel.problem import ConvProblem
 from algosel.runtime.standins import CudaWithoutTrials
@@ -351,6 +352,6 @@ def test_verify_mode_times_gradients_on_the_backwards_thread(tmp_path):
     problem = ConvProblem(n=8, c=64, k=64, h=28, w=28, r=3, s=3, pad_h=1, pad_w=1)
     for p in problem.directions():
         times, _ = ex.verifier.time_candidates(p, [], torch.device("cuda"))
-        assert times["pytorch:default"] > 0
+        assert times[DEFAULT_ID] > 0
     backward = _backward_thread()
     assert seen == {"fwd": threading.get_ident(), "bwd_data": backward, "bwd_filter": backward}

@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 import torch
 
+from algosel.candidates import DEFAULT_ID
 from algosel.problem import ConvProblem
 from algosel.runtime.cache import RuntimeCache
 from algosel.runtime.executor import Executor
@@ -30,7 +31,7 @@ def shipped():
 
 
 def test_a_small_measured_gain_pays_in_a_gpu_bound_step_only():
-    times = {"pytorch:default": 0.300, "cudnn:eng1": 0.288}  # 12 us saved a call, 1.042x faster
+    times = {DEFAULT_ID: 0.300, "cudnn:eng1": 0.288}  # 12 us saved a call, 1.042x faster
     host_bound = judge(DEFAULT_POLICY, "k", "cudnn:eng1", times, 0.300, "measured", 1.03, 0.0)
     assert host_bound.passes_through and host_bound.reason == BELOW_THRESHOLD
     bound = judge(DEFAULT_POLICY, "k", "cudnn:eng1", times, 0.300, "measured", 1.03, 0.0, device_bound=True)
@@ -42,14 +43,14 @@ def test_a_small_measured_gain_pays_in_a_gpu_bound_step_only():
         DEFAULT_POLICY, "k", "cudnn:eng1", times, 0.300, "measured", 1.03, 60.0, device_bound=True
     ).passes_through
     # a gain the host-bound rule keeps is a plain switch
-    big = {"pytorch:default": 0.300, "cudnn:eng1": 0.200}
+    big = {DEFAULT_ID: 0.300, "cudnn:eng1": 0.200}
     assert judge(DEFAULT_POLICY, "k", "cudnn:eng1", big, 0.300, "measured", 1.03, 0.0, device_bound=True).reason == ""
     with pytest.raises(ValueError, match="device_bound_busy_fraction is a share in"):
         dataclasses.replace(DEFAULT_POLICY, device_bound_busy_fraction=2.0)
 
 
 def _executor(shipped, cache, busy_looks: int, idle_looks: int = 0) -> tuple[Executor, ScriptedMeasurer]:
-    measurer = ScriptedMeasurer(lambda cid: (0.200, 10.0) if cid == "pytorch:default" else (0.190, 10.0))
+    measurer = ScriptedMeasurer(lambda cid: (0.200, 10.0) if cid == DEFAULT_ID else (0.190, 10.0))
     # (a route on the compiled path costs no host time over PyTorch's: none here, where the CPU has no such path)
     policy = dataclasses.replace(DEFAULT_POLICY, python_path_overhead_us=0.0)
     ex = Executor(selector=Preferring(shipped, "cudnn", recorded=False), verify=3, cache=cache, measurer=measurer,

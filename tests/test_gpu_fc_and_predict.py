@@ -13,6 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from algosel.candidates import DEFAULT_ID
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
@@ -99,7 +101,7 @@ def test_predict_verify_times_once_and_the_hook_runs_what_it_measured(tmp_path):
     got = algosel.predict(**shape, verify=3, top_k=4, cache=tmp_path, measurer=first)
     assert first.calls == 1 and got[0].source == "measured" and got[0].measured_time_ms > 0
     times = [c.measured_time_ms for c in got if c.measured_time_ms is not None]
-    assert times == sorted(times) and "pytorch:default" in {c.candidate_id for c in got}
+    assert times == sorted(times) and DEFAULT_ID in {c.candidate_id for c in got}
     again = Counting()
     cached = algosel.predict(**shape, verify=3, top_k=4, cache=tmp_path, measurer=again)
     key = [(c.candidate_id, c.source, c.measured_time_ms) for c in got]  # scores may be NaN: compare what was measured

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from algosel.candidates import DEFAULT_ID
 from algosel.operands import relative_error
 from algosel.runtime.policy import DEFAULT_POLICY
 from algosel.runtime.standins import CudaWithoutTrials, Preferring
@@ -429,7 +430,7 @@ def test_predict_measure_times_the_shortlist_and_puts_the_fastest_first():
     choices = algosel.predict(n=64, c=256, k=512, h=6, w=6, r=6, s=6, dtype="float16", measure=3, top_k=4)
     times = [c.measured_time_ms for c in choices if c.measured_time_ms is not None]
     assert len(times) >= 2 and times == sorted(times)
-    assert "pytorch:default" in {c.candidate_id for c in choices} and choices[0].source == "measured"
+    assert DEFAULT_ID in {c.candidate_id for c in choices} and choices[0].source == "measured"
 
 
 @pytest.mark.parametrize(("device_waits", "default_ms"), [(False, 0.1), (True, 0.1), (True, 2.0)])

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from algosel.candidates import DEFAULT_ID
 from algosel.learn.selector import Selector
 from algosel.problem import ConvProblem
 from algosel.runtime import hook
@@ -169,7 +170,7 @@ def test_verify_mode_does_not_time_a_problem_too_short_to_pay(shipped, default_u
     got, decision = _timed(ex, ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1))
     assert got == timed
     if not timed:
-        assert (decision.candidate_id, decision.reason) == ("pytorch:default", "predicted shorter than the least gain")
+        assert (decision.candidate_id, decision.reason) == (DEFAULT_ID, "predicted shorter than the least gain")
 
 
 @pytest.mark.parametrize(("default_us", "others_us", "timed"), [
@@ -203,7 +204,7 @@ def test_prediction_mode_queries_cudnns_live_list_only_where_a_gain_is_predicted
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
 
     def live_choices(p, k, modes=None):  # the live list's top: the nearest list's last candidates
-        return [c for c in shipped.choose(p, top_k=200) if c.candidate_id != "pytorch:default"][-k:]
+        return [c for c in shipped.choose(p, top_k=200) if c.candidate_id != DEFAULT_ID][-k:]
 
     source = LiveList(selector, live_choices)
     ex = _executor(selector=selector, candidates=source, cache=False)
@@ -229,9 +230,9 @@ def test_verify_mode_times_only_candidates_predicted_within_the_ratio_of_the_def
     """Building a plan costs more than timing it: of the shortlist, only the candidates predicted no slower than
     PyTorch's default are built and timed, the first one always."""
     ratio = DEFAULT_POLICY.verify_max_predicted_ratio
-    assert pruned_shortlist(["a", "b", "c"], {"a": 1.2, "b": 0.9, "c": 1.0, "pytorch:default": 1.0}, ratio) == [
+    assert pruned_shortlist(["a", "b", "c"], {"a": 1.2, "b": 0.9, "c": 1.0, DEFAULT_ID: 1.0}, ratio) == [
         "b", "c"]  # fmt: skip
-    assert pruned_shortlist(["a", "b"], {"a": 2.0, "b": 3.0, "pytorch:default": 1.0}, ratio) == ["a"]
+    assert pruned_shortlist(["a", "b"], {"a": 2.0, "b": 3.0, DEFAULT_ID: 1.0}, ratio) == ["a"]
     assert pruned_shortlist(["a", "b"], {"a": 2.0}, ratio) == ["a", "b"]  # no time for the default: all
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
     slower = _executor(selector=DefaultTakes(shipped, 200.0, 250.0), live=False, verify=3, cache=False)
@@ -251,14 +252,14 @@ def test_verify_mode_times_the_live_lists_top_near_the_records_or_far(shipped):
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
 
     def live_choices(p, k, modes=None):  # the live list's top: the nearest list's last candidates
-        return [c for c in shipped.choose(p, top_k=200) if c.candidate_id != "pytorch:default"][-k:]
+        return [c for c in shipped.choose(p, top_k=200) if c.candidate_id != DEFAULT_ID][-k:]
 
     def executor(selector):
         source = LiveList(selector, live_choices)
         return _executor(selector=selector, candidates=source, verify=3, cache=False), source
 
     top = [c.candidate_id for c in live_choices(problem, 4)][:3]
-    nearest = [c.candidate_id for c in shipped.choose(problem, top_k=5) if c.candidate_id != "pytorch:default"][:3]
+    nearest = [c.candidate_id for c in shipped.choose(problem, top_k=5) if c.candidate_id != DEFAULT_ID][:3]
     for distance in (0.0, DEFAULT_POLICY.near_records_distance, FAR):
         # 9 us predicted to be saved: under 20 us / 2, which the filter verify mode had near the records skipped
         ex, source = executor(DefaultTakes(shipped, 50.0, 41.0, distance))
@@ -291,7 +292,7 @@ def test_far_from_the_records_without_cudnns_lists_the_nearest_list_is_timed(shi
     """On a machine where cuDNN's live list cannot be queried, a far problem's shortlist is the nearest list's."""
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
     ex = _executor(selector=DefaultTakes(shipped, 50.0, 41.0, FAR), live=False, verify=3, cache=False)
-    nearest = [c.candidate_id for c in shipped.choose(problem, top_k=5) if c.candidate_id != "pytorch:default"][:3]
+    nearest = [c.candidate_id for c in shipped.choose(problem, top_k=5) if c.candidate_id != DEFAULT_ID][:3]
     assert ex.shortlist_to_time(problem) == (nearest, "")
 
 
@@ -662,7 +663,7 @@ class _OneDecisionCache:
         self.put_calls += 1
 
 
-@pytest.mark.parametrize(("min_gain_us", "expected"), [(5.0, "gemm:fc"), (50.0, "pytorch:default")])
+@pytest.mark.parametrize(("min_gain_us", "expected"), [(5.0, "gemm:fc"), (50.0, DEFAULT_ID)])
 def test_a_cached_decision_is_judged_again_by_this_executors_rule(shipped, min_gain_us, expected):
     """The cache keeps the times a decision was made from; another executor's threshold (or an older rule) wrote
     it, so a hit is judged again: 20 us saved switches under a 5 us floor and passes through under a 50 us one."""
@@ -670,9 +671,9 @@ def test_a_cached_decision_is_judged_again_by_this_executors_rule(shipped, min_g
 
     # float16 fully connected mode: one matrix product, so the GEMM route costs no host time to charge
     problem = ConvProblem(n=64, c=256, k=512, h=6, w=6, r=6, s=6, dtype="float16")
-    written = Decision(problem.key, "pytorch:default", "measured", "gain below the threshold",
-                       {"gemm:fc": 0.010, "pytorch:default": 0.030})  # fmt: skip
-    if expected == "pytorch:default":
+    written = Decision(problem.key, DEFAULT_ID, "measured", "gain below the threshold",
+                       {"gemm:fc": 0.010, DEFAULT_ID: 0.030})  # fmt: skip
+    if expected == DEFAULT_ID:
         written = Decision(problem.key, "gemm:fc", "measured", "", written.times_ms)
     cache = _OneDecisionCache(written)
     ex = _executor(selector=shipped, live=False, min_gain_us=min_gain_us, cache=cache)
@@ -704,15 +705,15 @@ def test_a_switch_must_also_pay_the_host_time_its_candidate_takes_over_pytorchs(
         torch.testing.assert_close(F.conv2d(x, w), REF(x, w), atol=1e-3, rtol=1e-3)
     assert hook.stats() == {expected: 1}
     decision = ex.decide(ConvProblem(n=64, c=256, k=512, h=6, w=6, r=6, s=6), torch.device("cpu"))
-    assert decision.host_us == {"gemm:fc": 20.0 + extra_us, "pytorch:default": 20.0}
+    assert decision.host_us == {"gemm:fc": 20.0 + extra_us, DEFAULT_ID: 20.0}
 
 
 def test_host_extra_counts_only_a_measured_excess():
     extra = host_extra_us
-    assert extra({"cudnn:a": 35.0, "pytorch:default": 20.0}, "cudnn:a") == 15.0
-    assert extra({"cudnn:a": 12.0, "pytorch:default": 20.0}, "cudnn:a") == 0.0  # cheaper: no credit
+    assert extra({"cudnn:a": 35.0, DEFAULT_ID: 20.0}, "cudnn:a") == 15.0
+    assert extra({"cudnn:a": 12.0, DEFAULT_ID: 20.0}, "cudnn:a") == 0.0  # cheaper: no credit
     assert extra({"cudnn:a": 35.0}, "cudnn:a") == 0.0 and extra({}, "cudnn:a") == 0.0  # unknown: nothing charged
-    assert extra({"cudnn:a": float("nan"), "pytorch:default": 20.0}, "cudnn:a") == 0.0
+    assert extra({"cudnn:a": float("nan"), DEFAULT_ID: 20.0}, "cudnn:a") == 0.0
 
 
 def test_a_cached_measurement_is_judged_again_with_its_measured_host_times(shipped):
@@ -721,9 +722,9 @@ def test_a_cached_measurement_is_judged_again_with_its_measured_host_times(shipp
     from algosel.runtime.cache import Decision
 
     problem = ConvProblem(n=64, c=256, k=512, h=6, w=6, r=6, s=6, dtype="float16")
-    times = {"gemm:fc": 0.010, "pytorch:default": 0.100}  # 90 us saved a call
-    for host_us, expected in (({"gemm:fc": 30.0, "pytorch:default": 25.0}, "gemm:fc"),
-                              ({"gemm:fc": 125.0, "pytorch:default": 25.0}, "pytorch:default")):  # fmt: skip
+    times = {"gemm:fc": 0.010, DEFAULT_ID: 0.100}  # 90 us saved a call
+    for host_us, expected in (({"gemm:fc": 30.0, DEFAULT_ID: 25.0}, "gemm:fc"),
+                              ({"gemm:fc": 125.0, DEFAULT_ID: 25.0}, DEFAULT_ID)):  # fmt: skip
         written = Decision(problem.key, "gemm:fc", "measured", "", times, host_us)
         ex = _executor(selector=shipped, live=False, cache=_OneDecisionCache(written))
         got = ex.decide(problem, torch.device("cuda"))
@@ -731,11 +732,11 @@ def test_a_cached_measurement_is_judged_again_with_its_measured_host_times(shipp
 
 
 def test_the_fastest_measured_candidate_counts_the_host_time_it_takes_over_pytorchs():
-    times = {"pytorch:default": 0.200, "cudnn:a": 0.100, "cudnn:b": 0.110}
+    times = {DEFAULT_ID: 0.200, "cudnn:a": 0.100, "cudnn:b": 0.110}
     assert fastest(times, {}) == "cudnn:a"  # no host times: the least device time
-    host = {"pytorch:default": 20.0, "cudnn:a": 45.0, "cudnn:b": 21.0}  # a: 10 us faster, 25 us more host time
+    host = {DEFAULT_ID: 20.0, "cudnn:a": 45.0, "cudnn:b": 21.0}  # a: 10 us faster, 25 us more host time
     assert fastest(times, host) == "cudnn:b"
-    assert fastest({}, host) == "pytorch:default"
+    assert fastest({}, host) == DEFAULT_ID
 
 
 def test_verify_mode_keeps_the_candidate_whose_kernel_and_launch_cost_least(shipped):
@@ -743,8 +744,8 @@ def test_verify_mode_keeps_the_candidate_whose_kernel_and_launch_cost_least(ship
     slower, launches as cheaply as PyTorch's: verify mode keeps the second."""
     selector = DefaultTakes(shipped, 1000.0, 0.0)
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
-    ids = [c.candidate_id for c in selector.choose(problem, top_k=4) if c.candidate_id != "pytorch:default"][:2]
-    measurer = ScriptedMeasurer({"pytorch:default": (1.000, 20.0), ids[0]: (0.100, 520.0), ids[1]: (0.105, 20.0)})
+    ids = [c.candidate_id for c in selector.choose(problem, top_k=4) if c.candidate_id != DEFAULT_ID][:2]
+    measurer = ScriptedMeasurer({DEFAULT_ID: (1.000, 20.0), ids[0]: (0.100, 520.0), ids[1]: (0.105, 20.0)})
     d = _verifying(selector, measurer=measurer).decide(problem, torch.device("cpu"))
     assert d.candidate_id == ids[1] and d.source == "measured"
     assert d.host_us[ids[0]] == 520.0  # every measured host time is kept for judging it again
@@ -1019,7 +1020,7 @@ def _measurer() -> ScriptedMeasurer:
     the shortlist only, ``verify_whole_list_ms``), every other candidate 2 ms; ``timed`` lists the problems timed."""
 
     def time_of(cid):
-        return (0.1 if cid.startswith("gemm:") else 0.2 if cid == "pytorch:default" else 2.0), 5.0
+        return (0.1 if cid.startswith("gemm:") else 0.2 if cid == DEFAULT_ID else 2.0), 5.0
 
     return ScriptedMeasurer(time_of)
 
@@ -1303,12 +1304,12 @@ def test_verify_mode_times_the_rest_of_the_list_after_a_long_default(shipped, de
     of all three heuristic modes, by the model's rank, up to ``verify_list_max`` in all, the default timed first
     again; its fastest is kept. A short one: the shortlist only."""
     problem = ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
-    listed = [c for c in shipped.choose(problem, top_k=200) if c.candidate_id != "pytorch:default"][:15]
+    listed = [c for c in shipped.choose(problem, top_k=200) if c.candidate_id != DEFAULT_ID][:15]
     compiled = listed.pop(5)  # a config whose build compiles its kernel: never in the rest
     listed.insert(5, dataclasses.replace(compiled, notes="runtime_compilation,supports_cuda_graph_native_api"))
     ids = [c.candidate_id for c in listed]
     late = ids[6]  # outside the shortlist: the fastest
-    timer = ScriptedMeasurer({"pytorch:default": (default_ms, 5.0), late: (0.5 * default_ms, 5.0)},
+    timer = ScriptedMeasurer({DEFAULT_ID: (default_ms, 5.0), late: (0.5 * default_ms, 5.0)},
                              default=(2.0 * default_ms, 5.0))  # fmt: skip
     selector = DefaultTakes(shipped, 1e3 * default_ms, 1e3 * default_ms)
     source = LiveList(selector, lambda p, k, modes=None: listed[:k])
@@ -1317,16 +1318,16 @@ def test_verify_mode_times_the_rest_of_the_list_after_a_long_default(shipped, de
     d = ex.decide(problem, torch.device("cpu"))
     timed, deadlines, asked = timer.asked, timer.deadlines, [modes for _, _, modes in source.asked]
     policy = DEFAULT_POLICY
-    assert timed[0] == ["pytorch:default", *ids[:3]]
+    assert timed[0] == [DEFAULT_ID, *ids[:3]]
     if default_ms >= policy.verify_whole_list_ms:
         assert asked == [policy.verify_live_modes, ("a", "b", "fallback")]
         rest = [c for c in ids[3:] if c != compiled.candidate_id][: policy.verify_list_max - 3]  # 10 in all
-        assert timed[1] == ["pytorch:default", *rest]
+        assert timed[1] == [DEFAULT_ID, *rest]
         assert d.candidate_id == late and d.times_ms[late] == 0.5 * default_ms
         # the shortlist unbounded, the rest started within verify_rest_budget_s
         budget_s = policy.verify_rest_budget_s
         assert deadlines[0] is None and t0 + budget_s <= deadlines[1] <= time.perf_counter() + budget_s
     else:
         assert asked == [policy.verify_live_modes] and len(timed) == 1
-        assert d.candidate_id == "pytorch:default"
+        assert d.candidate_id == DEFAULT_ID
     assert ex.measured_problems == 1

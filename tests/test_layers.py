@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from algosel.candidates import DEFAULT_ID
 from algosel.cli import main
 from algosel.measure.cases import build_cases
 from algosel.measure.conv_calls import extract_conv_calls
@@ -319,7 +320,7 @@ def test_a_cpu_sweep_of_layers_cases_resumes_from_other_datasets(tmp_path: Path)
     path = _layers_csv(tmp_path, [{}, {"k": 8}, {"layer": "fc", "h": 3, "w": 3, "pad_h": 0, "pad_w": 0}])
     cases = build_cases(None, [], ["float32"], layers=[path])
     env = {"env_id": "cpu-layers", "gpu_name": "none"}
-    times = {"gemm:fc": 0.5, "gemm:pointwise": 0.4, "pytorch:default": 1.0}
+    times = {"gemm:fc": 0.5, "gemm:pointwise": 0.4, DEFAULT_ID: 1.0}
 
     def sweeper() -> Sweeper:
         return Sweeper([GemmSpace(), PyTorchDefaultSpace()], FakeTimer(times.__getitem__), env, device="cpu")
@@ -331,7 +332,7 @@ def test_a_cpu_sweep_of_layers_cases_resumes_from_other_datasets(tmp_path: Path)
     frame, _ = load_records(tmp_path / "new")
     assert set(frame["source"]) == {"layers:net"}
     assert set(frame["case_key"]) == {cases[2].key}
-    assert set(frame["candidate_id"]) == {"gemm:fc", "pytorch:default"}  # the 3x3 on 3x3 is fully connected
+    assert set(frame["candidate_id"]) == {"gemm:fc", DEFAULT_ID}  # the 3x3 on 3x3 is fully connected
     assert (frame["status"] == "ok").all() and len(frame) == 3 * 2
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from conftest import REPO, SLICE
 
+from algosel.candidates import DEFAULT_ID
 from algosel.problem import ConvProblem
 from algosel.records import load_records
 
@@ -77,7 +78,7 @@ def test_verify_times_are_the_shortlist_and_the_default_at_recorded_times(slice_
     sel = Selector.load(slice_model[0])
     key = sorted(recorded)[0]
     times = loop.verify_times(sel, ConvProblem.from_key(key), recorded[key], 3)
-    assert "pytorch:default" in times and len(times) <= 4
+    assert DEFAULT_ID in times and len(times) <= 4
     assert all(recorded[key][c] == t for c, t in times.items())
 
 

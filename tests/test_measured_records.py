@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 
+from algosel.candidates import DEFAULT_ID
 from algosel.measure.sweep import Sweeper
 from algosel.measure.timing import FakeTimer
 from algosel.problem import ConvProblem
@@ -45,7 +46,7 @@ def test_what_verify_mode_measures_becomes_a_dataset(shipped, tmp_path):
     assert part.name.startswith("part-verify-") and not records.journal.path.exists()
     frame, envs = load_records(tmp_path / "measured")
     assert set(frame["problem_key"]) == {FC.key} and set(frame["env_id"]) == {"e0"} and envs["e0"]["cudnn"] == 91900
-    assert "pytorch:default" in set(frame["candidate_id"]) and set(frame["source"]) == {"verify"}
+    assert DEFAULT_ID in set(frame["candidate_id"]) and set(frame["source"]) == {"verify"}
     assert records.close() is None  # nothing more to move
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from algosel.candidates import DEFAULT_ID
 from algosel.runtime import hook
 from algosel.runtime.policy import (
     DEFAULT_POLICY,
@@ -52,16 +53,16 @@ def test_the_policy_is_frozen_and_variants_are_made_by_replace():
 
 
 def test_the_rules_read_the_policy_they_are_given():
-    times = {"pytorch:default": 0.100, "gemm:fc": 0.070}  # 30 us saved, 1.43x faster
+    times = {DEFAULT_ID: 0.100, "gemm:fc": 0.070}  # 30 us saved, 1.43x faster
     assert judge(DEFAULT_POLICY, "k", "gemm:fc", times, 0.100, "measured", 1.03, 0.0).candidate_id == "gemm:fc"
     strict = dataclasses.replace(DEFAULT_POLICY, min_gain_us=40.0)
     assert judge(strict, "k", "gemm:fc", times, 0.100, "measured", 1.03, 0.0).reason == "gain below the threshold"
     assert judge(DEFAULT_POLICY, "k", "gemm:fc", times, 0.100, "predicted", 1.5, 0.0).passes_through  # 1.43 < 1.5
     assert judge(DEFAULT_POLICY, "k", "gemm:fc", times, 0.100, "measured", 1.03, 15.0).passes_through  # + host cost
     assert too_short_to_pay(DEFAULT_POLICY, 0.009) and not too_short_to_pay(DEFAULT_POLICY, 0.011)
-    assert not worth_a_closer_look(DEFAULT_POLICY, {"pytorch:default": 0.05, "x": 0.045})
+    assert not worth_a_closer_look(DEFAULT_POLICY, {DEFAULT_ID: 0.05, "x": 0.045})
     assert worth_a_closer_look(dataclasses.replace(DEFAULT_POLICY, verify_always_time_ms=0.05),
-                               {"pytorch:default": 0.05, "x": 0.045})  # fmt: skip
+                               {DEFAULT_ID: 0.05, "x": 0.045})  # fmt: skip
 
 
 def test_an_executor_takes_a_policy_and_its_shorthands(shipped):

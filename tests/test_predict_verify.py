@@ -10,6 +10,7 @@ import math
 import pytest
 
 import algosel
+from algosel.candidates import DEFAULT_ID
 from algosel.cli import main
 from algosel.runtime.cache import RuntimeCache
 from algosel.runtime.standins import FakeDevice, ScriptedMeasurer
@@ -21,7 +22,7 @@ CAN_TIME = FakeDevice(can_time=True)
 
 def _times(cid: str) -> tuple[float, float] | None:
     """The default 0.40 ms, GEMM lowerings fail, every engine config a time of its own under the default's."""
-    if cid == "pytorch:default":
+    if cid == DEFAULT_ID:
         return 0.40, 20.0
     if cid.startswith("gemm:"):
         return None
@@ -42,8 +43,8 @@ def test_verify_times_the_top_k_and_the_default_once_per_problem_and_environment
     got = algosel.predict(**SHAPE, verify=3, top_k=5, live=False, measurer=measurer, device_probe=CAN_TIME,
                           cache=RuntimeCache(tmp_path, ENV))  # fmt: skip
     (asked,) = measurer.asked
-    assert asked[0] == "pytorch:default"  # the reference the others are checked against
-    assert set(asked) == {*model_top[:3], "pytorch:default"}
+    assert asked[0] == DEFAULT_ID  # the reference the others are checked against
+    assert set(asked) == {*model_top[:3], DEFAULT_ID}
     timed = [c for c in got if c.measured_time_ms is not None]
     assert [c.measured_time_ms for c in timed] == sorted(c.measured_time_ms for c in timed)
     assert got[0].source == "measured" and got[0].measured_time_ms == min(_times(c)[0] for c in asked if _times(c))
@@ -70,12 +71,12 @@ def test_a_larger_k_times_only_what_is_new_with_the_default_again_as_the_referen
     more = ScriptedMeasurer(_times)
     got = algosel.predict(**SHAPE, verify=4, top_k=5, live=False, measurer=more, device_probe=CAN_TIME, cache=cache)
     # (the model ranks PyTorch's default among the others: here in its top 4)
-    assert more.asked == [["pytorch:default", *(c for c in model_top[2:4] if c != "pytorch:default")]]
-    timed = sum(_times(c) is not None for c in {*model_top, "pytorch:default"})
+    assert more.asked == [[DEFAULT_ID, *(c for c in model_top[2:4] if c != DEFAULT_ID)]]
+    timed = sum(_times(c) is not None for c in {*model_top, DEFAULT_ID})
     assert sum(c.measured_time_ms is not None for c in got) == timed
     decision = RuntimeCache(tmp_path, ENV).get(algosel.ConvProblem(**SHAPE).key)
     assert decision.by == "predict" and decision.source == "measured"
-    assert set(decision.times_ms) == {*model_top, "pytorch:default"}
+    assert set(decision.times_ms) == {*model_top, DEFAULT_ID}
     assert all(math.isinf(decision.times_ms[c]) for c in model_top if c.startswith("gemm:"))
 
 
@@ -90,7 +91,7 @@ def test_the_hook_runs_what_predict_measured_without_timing_it_again(tmp_path):
     measurer = ScriptedMeasurer(_times)
     got = algosel.predict(**SHAPE, verify=3, live=False, measurer=measurer, device_probe=CAN_TIME, cache=cache)
     hook_measurer = ScriptedMeasurer(_times)
-    ex = Executor(selector=Preferring(algosel.runtime.api._selector(None, False), recorded=False), verify=3,
+    ex = Executor(selector=Preferring(algosel.runtime.api.shared_selector(), recorded=False), verify=3,
                   cache=cache, measurer=hook_measurer, device_probe=CAN_TIME, native=False)  # fmt: skip
     decision = ex.decide(algosel.ConvProblem(**SHAPE), torch.device("cpu"))
     assert hook_measurer.timed == []
@@ -101,7 +102,7 @@ def test_cache_show_lists_the_hook_s_decisions_and_predict_s_measurements(tmp_pa
     from algosel.runtime.cache import Decision
 
     cache = RuntimeCache(tmp_path, ENV)
-    cache.put(Decision("k1", "cudnn:eng0", "measured", "", {"cudnn:eng0": 0.01, "pytorch:default": 0.02}))
+    cache.put(Decision("k1", "cudnn:eng0", "measured", "", {"cudnn:eng0": 0.01, DEFAULT_ID: 0.02}))
     algosel.predict(**SHAPE, verify=2, live=False, measurer=ScriptedMeasurer(_times), device_probe=CAN_TIME,
                     cache=cache)  # fmt: skip
     assert main(["cache", "show", "--root", str(tmp_path)]) == 0

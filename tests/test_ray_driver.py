@@ -74,7 +74,9 @@ def test_chunks_keep_the_order_of_the_cases() -> None:
 
 def test_a_chunk_whose_worker_always_died_goes_back_one_case_a_task(tmp_path: Path) -> None:
     waiting, crashed, report = deque([CASES[4:5]]), {}, RaySweepReport()
-    ray_sweep._worker_died(CASES[:3], RuntimeError("worker died"), waiting, crashed, tmp_path / "in.json", 3, report)
+    ray_sweep.after_worker_death(
+        CASES[:3], RuntimeError("worker died"), waiting, crashed, tmp_path / "in.json", 3, report
+    )
     assert list(waiting) == [[CASES[0]], [CASES[1]], [CASES[2]], [CASES[4]]]  # first in the queue, in order
     assert report.split_chunks == 1 and not crashed and not (tmp_path / "in.json").exists()
 
@@ -82,7 +84,7 @@ def test_a_chunk_whose_worker_always_died_goes_back_one_case_a_task(tmp_path: Pa
 def test_a_single_case_whose_worker_always_died_is_counted_for_later_runs(tmp_path: Path) -> None:
     path = tmp_path / "inflight-0of1.json"
     waiting, crashed, report = deque(), {CASES[1].key: 1}, RaySweepReport()
-    ray_sweep._worker_died([CASES[0]], RuntimeError("worker died"), waiting, crashed, path, 1, report)
+    ray_sweep.after_worker_death([CASES[0]], RuntimeError("worker died"), waiting, crashed, path, 1, report)
     assert not waiting and report.skipped_crashed == 1
     # Two deaths (the attempt and one retry): skipped by later runs, as a case that ended a local sweep twice.
     assert json.loads(path.read_text()) == {CASES[1].key: 1, CASES[0].key: 2}
@@ -90,12 +92,12 @@ def test_a_single_case_whose_worker_always_died_is_counted_for_later_runs(tmp_pa
 
 def test_the_budget_admits_a_task_only_if_it_ends_in_time() -> None:
     # A budget of 100 s, tasks of 20 s, 4 slots (8 in flight).
-    assert ray_sweep._fits(100.0, 50.0, [], 7, 8)  # nothing known yet: submit
-    assert ray_sweep._fits(100.0, 70.0, [20.0], 3, 8)  # starts at once, ends at 90 s
-    assert ray_sweep._fits(100.0, 50.0, [20.0], 7, 8)  # after the 4 running ones: ends at ~90 s
-    assert not ray_sweep._fits(100.0, 70.0, [20.0], 7, 8)  # so at ~110 s
-    assert not ray_sweep._fits(100.0, 85.0, [20.0], 0, 8)
-    assert ray_sweep._fits(None, 85.0, [20.0], 7, 8)
+    assert ray_sweep.task_fits_budget(100.0, 50.0, [], 7, 8)  # nothing known yet: submit
+    assert ray_sweep.task_fits_budget(100.0, 70.0, [20.0], 3, 8)  # starts at once, ends at 90 s
+    assert ray_sweep.task_fits_budget(100.0, 50.0, [20.0], 7, 8)  # after the 4 running ones: ends at ~90 s
+    assert not ray_sweep.task_fits_budget(100.0, 70.0, [20.0], 7, 8)  # so at ~110 s
+    assert not ray_sweep.task_fits_budget(100.0, 85.0, [20.0], 0, 8)
+    assert ray_sweep.task_fits_budget(None, 85.0, [20.0], 7, 8)
 
 
 def test_without_ray_sweep_ray_is_one_line_naming_the_extra(

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from algosel.candidates import DEFAULT_ID
 from algosel.problem import DIRECTIONS, ConvProblem
 from algosel.records import (
     COLUMNS,
@@ -97,7 +98,7 @@ def sample_rows() -> list[dict[str, Any]]:
         make_row(P1, "cudnn:e7", 0.5),
         make_row(P1, "pytorch:starved", 0.75),
         make_row(P2, "cudnn:e7", status="wrong_result"),
-        make_row(P2, "pytorch:default", 2.0),
+        make_row(P2, DEFAULT_ID, 2.0),
     ]
 
 

@@ -33,9 +33,17 @@ from conftest import REPO, SLICE
 
 import algosel
 from algosel.files import atomic_directory, write_text
-from algosel.learn.artifact import CATALOGUE_FILE, MANIFEST_FILE, MODEL_FILE, SelectorError, verify_directory
+from algosel.learn.artifact import (
+    CATALOGUE_FILE,
+    MANIFEST_FILE,
+    MODEL_FILE,
+    SelectorError,
+    record_files,
+    verify_directory,
+)
+from algosel.learn.extrapolation import ExtrapolationWarning, extrapolation_warnings_scope
 from algosel.learn.models import load_default
-from algosel.learn.selector import ExtrapolationWarning, Selector
+from algosel.learn.selector import Selector
 from algosel.learn.time_model import TIME_MODEL_FILE
 from algosel.learn.train import SMALL_DATA_ROWS, training_threads
 from algosel.problem import ConvProblem
@@ -103,7 +111,10 @@ def _run_in_process(row: Row) -> Row:
     out, err = io.StringIO(), io.StringIO()
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(row.argv)
+        try:
+            status = main(row.argv)
+        except SystemExit as exc:  # argparse's errors exit, as they end the process of a command line
+            status = exc.code
     row.seconds = time.perf_counter() - t0
     row.result = subprocess.CompletedProcess(row.argv, status, out.getvalue(), err.getvalue())
     return row
@@ -230,8 +241,9 @@ def _rows(p: dict[str, Path]) -> dict[str, Row]:
 #: does): their commands import torch, pandas and LightGBM (2-3 s of CPU a process), which this process has already
 #: imported; what is checked is the same. The others stay subprocesses: the truncated model's (a segmentation fault
 #: would end this process), those whose time test_errors_come_before_any_long_work compares, one or more a command.
-IN_PROCESS = ("train-0-row-part", "train-1-problem", "analyze-log-truncated-gz", "summarize-negative-times",
-              "evaluate-model-of-another-gpu", "sweep-bad-shard")  # fmt: skip
+IN_PROCESS = ("train-0-row-part", "train-1-problem", "train-folds-1", "analyze-log-truncated-gz",
+              "summarize-negative-times", "evaluate-model-of-another-gpu", "sweep-bad-shard", "predict-key-and-dtype",
+              "predict-bad-field")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -341,38 +353,32 @@ def test_a_failed_directory_write_leaves_nothing(tmp_path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- train
-def test_train_repeatedly_on_tiny_records_with_every_core_busy(inputs, tmp_path) -> None:
+def test_train_on_tiny_records_with_every_core_busy(inputs, tmp_path) -> None:
     """The hang: `algosel train` on tiny records with its default 2 LightGBM threads took 42-60 s and at times
     over 300 s (7 s on one thread) while other processes kept the cores busy, each thread spinning at OpenMP's
-    barriers for its partner. Here spinning processes keep every core busy while the command line trains twice in
-    one process (the second time with --force, over a directory holding an old model's report its manifest lists),
-    under a timeout."""
+    barriers for its partner. Here spinning processes keep every core busy while the command line trains, under a
+    timeout, with --force over a directory holding an old model and a report its manifest lists; the model says
+    it trained on one thread."""
     root = tmp_path / "models"
+    old = _copy_model(inputs["slice-model"], root / "t")
+    (old / "report.csv").write_text("an old report")
+    record_files(old, ["report.csv"])  # the model's own: its manifest lists it
     argv = ["train", str(inputs["tiny"]), "--models", str(root), "--name", "t", "--quick", "--folds", "2",
-            "--no-progress"]  # fmt: skip
-    script = (
-        "import pathlib, sys\n"
-        "from algosel.cli import main\n"
-        f"argv = {argv!r}\n"
-        "from algosel.learn.artifact import record_files\n"
-        "first = main(argv)\n"
-        f"pathlib.Path({str(root / 't' / 'report.csv')!r}).write_text('an old report')\n"
-        f"record_files({str(root / 't')!r}, ['report.csv'])\n"  # the model's own: its manifest lists it
-        "sys.exit(max(first, main(argv + ['--force'])))\n"
-    )
+            "--no-progress", "--force"]  # fmt: skip
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
     try:
-        # Before: 75 s and 174 s for the two trainings here; now about 10 s each on a busy 2-core machine.
+        # Before: 75 s and 174 s for two trainings here; now about 10 s on a busy 2-core machine.
         res = subprocess.run(
-            [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
-        )
+            [sys.executable, "-m", "algosel", *argv], cwd=REPO, capture_output=True, text=True, timeout=120,
+            check=False,
+        )  # fmt: skip
     finally:
         for b in burners:
             b.kill()
             b.wait()
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
-    assert res.stdout.count("wrote ") == 2
+    assert res.stdout.count("wrote ") == 1
     model = root / "t"
     names = sorted(p.name for p in model.iterdir())
     assert "report.csv" not in names, "an old model's report survived beside the new model"
@@ -448,15 +454,12 @@ def test_answers_outside_the_models_records_say_so(fields, reason) -> None:
     assert choices and all(c.extrapolated and reason in c.extrapolation for c in choices)
 
 
-def test_one_extrapolation_warning_per_kind_and_process(monkeypatch) -> None:
+def test_one_extrapolation_warning_per_kind_and_process() -> None:
     """A first extrapolation (the batch size) does not silence a later one of another kind (the channels); a
     second of a kind already warned about (another batch size) stays quiet."""
-    import algosel.learn.selector as selector_module
-
-    monkeypatch.setattr(selector_module, "_extrapolation_warned", frozenset())
     p = ConvProblem.from_key(RECORDED)
     sel = load_default()  # the shipped model, without the answers an earlier test got (memoised, warned no more)
-    with warnings.catch_warnings(record=True) as seen:
+    with extrapolation_warnings_scope(), warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         assert algosel.predict(p.replace(n=10**6), live=False, model=sel)[0].extrapolated
         assert algosel.predict(p.replace(c=10**5), live=False, model=sel)[0].extrapolated

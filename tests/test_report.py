@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import REPO, SLICE
 
+from algosel.candidates import DEFAULT_ID
 from algosel.cli.study import add_report_parser
 from algosel.learn.artifact import SelectorError
 from algosel.learn.evaluate import SELECTORS, is_test_shape
@@ -20,6 +21,7 @@ from algosel.records import RecordsError, load_records
 from algosel.records.analysis import comparison_table
 from algosel.study.report import build_report
 from algosel.study.report_data import (
+    DEFAULT_WORST,
     KNOWN_SELECTORS,
     LABELS,
     ReportError,
@@ -149,7 +151,7 @@ def test_worst_cases_name_the_chosen_and_best_candidates(comparison) -> None:
             assert times[(key, row["chosen_candidate"])] == row["chosen_time_ms"]
             assert times[(key, row["best_candidate"])] == row["best_time_ms"]
             assert row["ratio"] == pytest.approx(row["chosen_time_ms"] / row["best_time_ms"])
-            assert (sel != "pytorch_default") or row["chosen_candidate"] == "pytorch:default"
+            assert (sel != "pytorch_default") or row["chosen_candidate"] == DEFAULT_ID
 
 
 def test_worst_cases_are_in_the_page(with_model, comparison) -> None:
@@ -246,10 +248,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def test_command_line(model_dir, tmp_path, capsys) -> None:
+    """The report's two lines of the parser; a report with a model through the command line is
+    tests/test_tutorial.py's (``algosel report --data .. --model .. --out ..``), the one here compares the baselines."""
     out = tmp_path / "cli"
-    args = _parser().parse_args(
-        ["report", "--data", str(SLICE), "--model", str(model_dir), "--out", str(out), "--worst", "2"]
-    )
+    args = _parser().parse_args(["report", "--data", str(SLICE), "--model", str(model_dir), "--out", str(out)])
+    assert (args.model, args.worst) == (str(model_dir), DEFAULT_WORST)
+    args = _parser().parse_args(["report", "--data", str(SLICE), "--out", str(out), "--worst", "2"])
     assert args.func(args) == 0
     assert f"wrote {out / 'index.html'}" in capsys.readouterr().out
     assert (out / "index.html").is_file()

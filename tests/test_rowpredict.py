@@ -20,7 +20,7 @@ def test_row_predictions_equal_booster_predict(slice_model, slice_records, which
     pred = RowPredictor(booster)
     for rows in (X[:1], X[:2], X[:FAST_ROWS], X[3 : 3 + FAST_ROWS : 2], X):  # strided rows too, and the long path
         np.testing.assert_array_equal(pred.predict(rows), booster.predict(rows, num_threads=1))
-    assert pred._config is not None  # the fast path was set up (not the fallback)
+    assert pred.fast_path_ready  # the fast path was set up (not the fallback)
     with pytest.raises(Exception, match="number of features"):
         pred.predict(X[:2, :-1])  # refused by LightGBM as Booster.predict refuses it
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from algosel.candidates import DEFAULT_ID
 from algosel.learn.calibration import CALIBRATION_FILE, Calibration, ErrorSamples, fit_calibration, load_calibration
 from algosel.problem import ConvProblem
 from algosel.runtime.recurrence import Recurrence
@@ -24,7 +25,7 @@ def exact(rows: int = 1, ranks: int = 3) -> ErrorSamples:
 
 
 def test_savings_are_the_predicted_gain_where_predictions_are_exact():
-    s = savings_ms({"pytorch:default": 1.0, "a": 0.5, "b": 0.8}, ["a", "b"], exact(), route_host_us=100.0)
+    s = savings_ms({DEFAULT_ID: 1.0, "a": 0.5, "b": 0.8}, ["a", "b"], exact(), route_host_us=100.0)
     assert s.shape == (1, 2)
     assert s[0].tolist() == pytest.approx([0.5 - 0.1, 0.2 - 0.1])
 
@@ -32,17 +33,17 @@ def test_savings_are_the_predicted_gain_where_predictions_are_exact():
 def test_savings_follow_each_error_row():
     # one truth where the default is twice as long and the candidate's speed-up twice the predicted one
     errors = ErrorSamples(np.array([1.0]), np.array([[1.0]]))
-    s = savings_ms({"pytorch:default": 1.0, "a": 0.5}, ["a"], errors)
+    s = savings_ms({DEFAULT_ID: 1.0, "a": 0.5}, ["a"], errors)
     assert s[0, 0] == pytest.approx(2.0 * (1 - 1 / 4))
 
 
 def test_timing_cost_is_builds_and_runs():
-    cost = timing_cost_ms({"pytorch:default": 1.0, "a": 0.5, "gemm:x": 0.2}, ["a", "gemm:x"], COSTS)
+    cost = timing_cost_ms({DEFAULT_ID: 1.0, "a": 0.5, "gemm:x": 0.2}, ["a", "gemm:x"], COSTS)
     assert cost == pytest.approx(2 * 10.0 + 3 * 1.0 + 6 * (1.0 + 0.5 + 0.2))
 
 
 def test_a_sure_gain_over_many_calls_switches_untimed():
-    action = decide({"pytorch:default": 1.0, "a": 0.5}, ["a"], exact(), 100, COSTS)
+    action = decide({DEFAULT_ID: 1.0, "a": 0.5}, ["a"], exact(), 100, COSTS)
     assert action.kind == SWITCH and action.candidates == ("a",)
     assert action.value_ms == pytest.approx(100 * 0.5 - 10.0)
 
@@ -50,7 +51,7 @@ def test_a_sure_gain_over_many_calls_switches_untimed():
 def test_an_uncertain_gain_is_timed_not_switched():
     # half the truths: the candidate is 4x faster than predicted; half: 4x slower (it loses on average untimed)
     errors = ErrorSamples(np.zeros(2), np.array([[2.0], [-2.0]]))
-    times = {"pytorch:default": 1.0, "a": 1.0}
+    times = {DEFAULT_ID: 1.0, "a": 1.0}
     assert decide(times, ["a"], errors, 1000, COSTS, can_time=False).kind == PASS
     action = decide(times, ["a"], errors, 1000, COSTS)
     assert action.kind == TIME and action.candidates == ("a",)
@@ -58,12 +59,12 @@ def test_an_uncertain_gain_is_timed_not_switched():
 
 
 def test_few_calls_pass_through():
-    assert decide({"pytorch:default": 1.0, "a": 0.5}, ["a"], exact(), 10, COSTS).kind == PASS
-    assert decide({"pytorch:default": 1.0, "a": 0.5}, ["a"], exact(), 0, COSTS).kind == PASS
+    assert decide({DEFAULT_ID: 1.0, "a": 0.5}, ["a"], exact(), 10, COSTS).kind == PASS
+    assert decide({DEFAULT_ID: 1.0, "a": 0.5}, ["a"], exact(), 0, COSTS).kind == PASS
 
 
 def test_timing_more_candidates_only_where_their_errors_differ():
-    times = {"pytorch:default": 1.0, "a": 1.0, "b": 1.0}
+    times = {DEFAULT_ID: 1.0, "a": 1.0, "b": 1.0}
     same = ErrorSamples(np.zeros(2), np.array([[1.0, 1.0], [-1.0, -1.0]]))
     assert decide(times, ["a", "b"], same, 1000, COSTS).candidates == ("a",)
     apart = ErrorSamples(np.zeros(2), np.array([[1.0, -1.0], [-1.0, 1.0]]))
@@ -72,13 +73,13 @@ def test_timing_more_candidates_only_where_their_errors_differ():
 
 
 def test_no_prediction_passes_through():
-    assert decide({"pytorch:default": 1.0}, ["a"], exact(), 1000, COSTS).kind == PASS
-    assert decide({"pytorch:default": math.nan, "a": 0.1}, ["a"], exact(), 1000, COSTS).kind == PASS
-    assert decide({"pytorch:default": 1.0, "a": 0.1}, [], exact(), 1000, COSTS).kind == PASS
+    assert decide({DEFAULT_ID: 1.0}, ["a"], exact(), 1000, COSTS).kind == PASS
+    assert decide({DEFAULT_ID: math.nan, "a": 0.1}, ["a"], exact(), 1000, COSTS).kind == PASS
+    assert decide({DEFAULT_ID: 1.0, "a": 0.1}, [], exact(), 1000, COSTS).kind == PASS
 
 
 def test_a_gemm_lowering_builds_no_plan():
-    action = decide({"pytorch:default": 1.0, "gemm:fc": 0.5}, ["gemm:fc"], exact(), 10, COSTS)
+    action = decide({DEFAULT_ID: 1.0, "gemm:fc": 0.5}, ["gemm:fc"], exact(), 10, COSTS)
     assert action.kind == SWITCH and action.value_ms == pytest.approx(10 * 0.5)
 
 
@@ -102,8 +103,8 @@ def test_expected_calls_are_shared_among_a_layers_sizes():
 
 def test_a_verdict_carries_to_near_sizes_of_the_same_batch_only():
     rec = Recurrence(run_steps=100)
-    rec.remember(conv(h=32, w=32), "pytorch:default")
-    assert rec.near_verdict(conv(h=40, w=36)).candidate_id == "pytorch:default"
+    rec.remember(conv(h=32, w=32), DEFAULT_ID)
+    assert rec.near_verdict(conv(h=40, w=36)).candidate_id == DEFAULT_ID
     assert rec.near_verdict(conv(h=48, w=32)) is None  # 1.5x
     assert rec.near_verdict(conv(n=16, h=32, w=32)) is None
     assert rec.near_verdict(conv(h=32, direction="bwd_data")) is None
@@ -161,7 +162,7 @@ def test_the_executor_decides_by_the_rule(slice_model):
 
     sel = Selector.load(slice_model[0], force=True)
     wide = Calibration({"all": ErrorSamples(np.zeros(2), np.array([[2.0] * 3, [-2.0] * 3]))})
-    measurer = ScriptedMeasurer(lambda cid: (1.0, 0.0) if cid == "pytorch:default" else (2.0, 0.0))
+    measurer = ScriptedMeasurer(lambda cid: (1.0, 0.0) if cid == DEFAULT_ID else (2.0, 0.0))
 
     def executor(run_steps: float) -> Executor:
         # the compiled path's route: no host cost per call over PyTorch's own

@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 
+from algosel.candidates import DEFAULT_ID, DecisionSource
 from algosel.cli import main
 from algosel.runtime.cache import Decision, RuntimeCache, cache_folders
 
@@ -18,7 +19,7 @@ KEY = "n8_c64_k64_h14_w14_r3_s3_p1x1_u1x1_d1x1_g1_float16_nhwc_fwd"
 
 
 def _decision(key=KEY, cid="cudnn:eng0_k2=1", source="measured"):
-    return Decision(key, cid, source, "", {cid: 0.01, "pytorch:default": 0.02})
+    return Decision(key, cid, source, "", {cid: 0.01, DEFAULT_ID: 0.02})
 
 
 def test_a_decision_is_read_by_a_new_instance(tmp_path):
@@ -26,6 +27,16 @@ def test_a_decision_is_read_by_a_new_instance(tmp_path):
     got = RuntimeCache(tmp_path, ENV).get(KEY)
     assert got == _decision()
     assert RuntimeCache(tmp_path, dict(ENV, cudnn=90100)).get(KEY) is None  # another environment: another folder
+
+
+@pytest.mark.parametrize("source", list(DecisionSource))
+def test_a_decision_source_is_written_as_its_plain_value(tmp_path, source):
+    """The vocabulary is a type in the code and the same strings on disk: a cache written before it reads the same."""
+    cache = RuntimeCache(tmp_path, ENV)
+    cache.put(_decision(source=source))
+    assert f'"source": "{source.value}"' in cache.decisions_path.read_text()
+    got = RuntimeCache(tmp_path, ENV).get(KEY)
+    assert got.source == source and str(source) == source.value
 
 
 def test_decisions_appended_by_another_process_are_seen_on_a_miss(tmp_path):
@@ -90,7 +101,7 @@ def test_plans_are_not_loaded_from_a_folder_others_can_write(tmp_path):
 
 def test_cache_command_shows_and_clears(tmp_path, capsys):
     RuntimeCache(tmp_path, ENV).put(_decision())
-    RuntimeCache(tmp_path, ENV).put(_decision("k2", "pytorch:default", "records"))
+    RuntimeCache(tmp_path, ENV).put(_decision("k2", DEFAULT_ID, "records"))
     assert main(["cache", "show", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "2 decisions" in out and "NVIDIA H200" in out and "pytorch (pass-through)" in out
@@ -136,14 +147,14 @@ def test_predict_measure_times_pytorchs_default_first_and_sorts_by_measured_time
             seen.extend(c.candidate_id for _, c in pairs)
             rows = []
             for i, cid in enumerate(seen):  # the default 0.4 ms, the next one fails, the others 0.1 ms a place
-                failed = i == 1 and cid != "pytorch:default"
+                failed = i == 1 and cid != DEFAULT_ID
                 rows.append({"candidate_id": cid, "status": "run_failed" if failed else "ok",
-                             "time_ms_median": 0.4 if cid == "pytorch:default" else 0.1 * i})  # fmt: skip
+                             "time_ms_median": 0.4 if cid == DEFAULT_ID else 0.1 * i})  # fmt: skip
             return rows
 
     shape = dict(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1)
     got = algosel.predict(**shape, measure=4, top_k=5, live=False, measurer=Measurer())
-    assert seen[0] == "pytorch:default" and len(seen) == len(set(seen)) >= 4
+    assert seen[0] == DEFAULT_ID and len(seen) == len(set(seen)) >= 4
     assert {c.candidate_id for c in got} == set(seen)
     timed = [c.measured_time_ms for c in got if c.measured_time_ms is not None]
     assert timed == sorted(timed) and len(timed) == len(seen) - 1

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import algosel
+from algosel.candidates import DEFAULT_ID
 from algosel.learn.artifact import CATALOGUE_FILE, MANIFEST_FILE, MODEL_FILE, SelectorError
 from algosel.learn.selector import Selector
 from algosel.problem import ConvProblem
@@ -33,6 +34,16 @@ def test_artifact_round_trip_gives_the_same_scores(slice_model, slice_records, t
     manifest = json.loads((slice_model[0] / MANIFEST_FILE).read_text())
     for field in ("feature_schema_version", "data_fingerprint", "environment", "tuning", "test_scores", "libraries"):
         assert field in manifest
+
+
+def test_a_selector_saved_under_another_manifest_keeps_its_model(slice_model, slice_records, tmp_path):
+    frame, _ = slice_records
+    sel = Selector.load(slice_model[0])
+    renamed = sel.with_manifest({**sel.manifest, "data": ["elsewhere"]})
+    again = Selector.load(renamed.save(tmp_path / "renamed"))
+    assert again.manifest["data"] == ["elsewhere"] and sel.manifest.get("data") != ["elsewhere"]
+    p = ConvProblem.from_key(frame["problem_key"].iloc[0])
+    assert [c.candidate_id for c in again.choose(p, top_k=5)] == [c.candidate_id for c in sel.choose(p, top_k=5)]
 
 
 @pytest.mark.parametrize("missing", [MODEL_FILE, MANIFEST_FILE, CATALOGUE_FILE])
@@ -136,7 +147,7 @@ def test_an_unseen_problem_uses_the_nearest_recorded_one(slice_model):
     p = ConvProblem(n=24, c=72, k=136, h=33, w=35, r=3, s=3, pad_h=1, pad_w=1, dtype="float16")
     choices = sel.choose(p, top_k=500)
     assert choices[0].source.startswith("nearest:")
-    assert any(c.candidate_id == "pytorch:default" for c in choices)
+    assert any(c.candidate_id == DEFAULT_ID for c in choices)
     fc = ConvProblem(n=77, c=256, k=1000, h=6, w=6, r=6, s=6, dtype="float16", direction="bwd_data")
     assert "gemm:fc" in {c.candidate_id for c in sel.choose(fc, top_k=500)}
 
@@ -156,19 +167,19 @@ def test_the_records_host_time_per_call_is_kept_and_read_from_the_nearest_proble
     frame, _ = slice_records
     sel = Selector.load(slice_model[0])
     assert "host_overhead_us" in sel.catalogue.frame.columns
-    row = frame[(frame["status"] == "ok") & (frame["candidate_id"] != "pytorch:default")].iloc[0]
+    row = frame[(frame["status"] == "ok") & (frame["candidate_id"] != DEFAULT_ID)].iloc[0]
     recorded = ConvProblem.from_key(row["problem_key"])
-    got = sel.host_us(recorded, [row["candidate_id"], "pytorch:default", "cudnn:no such config"])
-    expected = frame[(frame["problem_key"] == row["problem_key"]) & (frame["candidate_id"] == "pytorch:default")]
+    got = sel.host_us(recorded, [row["candidate_id"], DEFAULT_ID, "cudnn:no such config"])
+    expected = frame[(frame["problem_key"] == row["problem_key"]) & (frame["candidate_id"] == DEFAULT_ID)]
     assert got[row["candidate_id"]] == pytest.approx(row["host_overhead_us"])
-    assert got["pytorch:default"] == pytest.approx(expected["host_overhead_us"].iloc[0])
+    assert got[DEFAULT_ID] == pytest.approx(expected["host_overhead_us"].iloc[0])
     assert "cudnn:no such config" not in got
     doubled = dataclasses.replace(recorded, n=2 * recorded.n + 1)
     nearest = sel.catalogue.nearest(doubled)
-    assert sel.host_us(doubled, ["pytorch:default"]) == sel.catalogue.host_us(nearest, ["pytorch:default"])
+    assert sel.host_us(doubled, [DEFAULT_ID]) == sel.catalogue.host_us(nearest, [DEFAULT_ID])
     # a catalogue written before the column: no host times, no error
     old = Selector(sel.ranker, sel.manifest, sel.catalogue.frame.drop(columns="host_overhead_us"), sel.time_model)
-    assert old.host_us(recorded, [row["candidate_id"], "pytorch:default"]) == {}
+    assert old.host_us(recorded, [row["candidate_id"], DEFAULT_ID]) == {}
 
 
 def test_predict_api_with_fields_and_errors(slice_model):

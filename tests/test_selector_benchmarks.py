@@ -16,6 +16,8 @@ import sys
 import pytest
 from conftest import REPO, SLICE, slice_third
 
+from algosel.candidates import DEFAULT_ID
+
 #: The archived studies the tests at the end still run (frozen scripts: see benchmarks/archive/README.md).
 
 
@@ -122,7 +124,7 @@ def test_pick_stability_carries_a_layers_pick_to_its_other_sizes():
     rows = []
     for h, times in sizes.items():
         p = ConvProblem(n=8, c=16, k=16, h=h, w=h, r=3, s=3, pad_h=1, pad_w=1)
-        for cid, t in zip(("pytorch:default", "cudnn:x", "cudnn:y"), times):
+        for cid, t in zip((DEFAULT_ID, "cudnn:x", "cudnn:y"), times):
             rows.append({**p.to_dict(), "problem_key": p.key, "candidate_id": cid, "status": "ok", "time_ms_median": t})
     frame = pd.DataFrame(rows)
     every, near = script.pairs(frame, None), script.pairs(frame, 1.35)

@@ -11,6 +11,7 @@ import time
 
 import torch
 
+from algosel.candidates import DEFAULT_ID
 from algosel.runtime.claims import ProblemClaims, wait_for
 
 
@@ -32,7 +33,7 @@ class _LoggedMeasurer:
         with open(self.log, "a") as fh:
             fh.write(json.dumps({"problem": problem.key, "rank": self.rank}) + "\n")
         def t(cid):  # noqa: E306
-            return 0.1 if cid.startswith("gemm:") else 0.2 if cid == "pytorch:default" else 2.0
+            return 0.1 if cid.startswith("gemm:") else 0.2 if cid == DEFAULT_ID else 2.0
         return [{"candidate_id": c.candidate_id, "status": "ok", "time_ms_median": t(c.candidate_id),
                  "host_overhead_us": 5.0} for _, c in pairs]  # fmt: skip
 

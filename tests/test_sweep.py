@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import types
 from pathlib import Path
 
 import pytest
 import torch
 
+from algosel.candidates import DEFAULT_ID
 from algosel.measure.sweep import SweepCase, Sweeper, done_case_keys, parse_shard, run_sweep, shard_cases
 from algosel.measure.timing import FakeTimer
 from algosel.operands import Operands
@@ -23,7 +23,7 @@ from algosel.spaces.pytorch import PyTorchDefaultSpace, pytorch_conv
 
 ENV = {"env_id": "cpu-test", "gpu_name": "none"}
 LIMIT = 1 << 20
-TIMES = {"gemm:fc": 0.5, "gemm:pointwise": 0.4, "pytorch:default": 1.0, "fake:good": 2.0}
+TIMES = {"gemm:fc": 0.5, "gemm:pointwise": 0.4, DEFAULT_ID: 1.0, "fake:good": 2.0}
 FC = ConvProblem(n=3, c=4, k=5, h=3, w=3, r=3, s=3)
 
 
@@ -104,7 +104,7 @@ def fwd_rows() -> tuple[dict[str, dict], FakeTimer, FakeSpace]:
 
 def test_every_candidate_of_every_space_becomes_one_row(fwd_rows) -> None:
     rows, _, _ = fwd_rows
-    assert list(rows) == ["gemm:fc", "pytorch:default", *(f"fake:{n}" for n in FakeSpace.NAMES)]
+    assert list(rows) == ["gemm:fc", DEFAULT_ID, *(f"fake:{n}" for n in FakeSpace.NAMES)]
     for row in rows.values():
         assert set(row) == set(COLUMNS)
         assert (row["problem_key"], row["case_key"], row["source"], row["env_id"]) == (
@@ -157,7 +157,7 @@ def test_workspace_over_the_limit_is_recorded_and_never_run(fwd_rows) -> None:
 
 def test_ok_rows_carry_the_timers_times(fwd_rows) -> None:
     rows, _, _ = fwd_rows
-    for cid in ("gemm:fc", "pytorch:default", "fake:good"):
+    for cid in ("gemm:fc", DEFAULT_ID, "fake:good"):
         row, t = rows[cid], TIMES[cid]
         assert row["status"] == "ok" and row["reason"] == ""
         assert row["time_ms_median"] == pytest.approx(t)
@@ -170,7 +170,7 @@ def test_ok_rows_carry_the_timers_times(fwd_rows) -> None:
 
 def test_only_correct_candidates_are_timed(fwd_rows) -> None:
     _, timer, _ = fwd_rows
-    assert timer.calls == ["gemm:fc", "pytorch:default", "fake:good"]
+    assert timer.calls == ["gemm:fc", DEFAULT_ID, "fake:good"]
 
 
 def test_every_prepared_candidate_is_closed_and_the_space_released(fwd_rows) -> None:
@@ -193,13 +193,13 @@ def test_rows_are_valid_records(fwd_rows, tmp_path: Path) -> None:
 
 def test_failure_while_timing_is_run_failed() -> None:
     def times(label: str) -> float:
-        if label == "pytorch:default":
+        if label == DEFAULT_ID:
             raise RuntimeError("timer broke")
         return TIMES[label]
 
     rows = {r["candidate_id"]: r for r in make_sweeper(timer=FakeTimer(times)).measure_problem(FC)}
     assert rows["gemm:fc"]["status"] == "ok"
-    row = rows["pytorch:default"]
+    row = rows[DEFAULT_ID]
     assert row["status"] == "run_failed"
     assert row["reason"] == "while timing: RuntimeError: timer broke"
     assert row["max_rel_error"] <= 1e-4
@@ -343,26 +343,25 @@ def test_parse_shard_rejects_an_index_out_of_range(text: str) -> None:
         parse_shard(text)
 
 
-def test_time_budget_leaves_cases_for_a_later_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_time_budget_leaves_cases_for_a_later_run(tmp_path: Path) -> None:
     clock = [1000.0]
-    monkeypatch.setattr("algosel.measure.sweep.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     cases = _cases(6)
     # 10 s a case, 25 s budget: after two cases (20 s) a third would end at 30 s.
     sweeper = CountingSweeper(clock, case_seconds=10.0)
-    report = run_sweep(cases, sweeper, tmp_path, time_budget_s=25.0, progress=False)
+    report = run_sweep(cases, sweeper, tmp_path, time_budget_s=25.0, progress=False, clock_s=lambda: clock[0])
     assert (report.measured, report.left_for_later) == (2, 4)
     assert sweeper.measured == [c.key for c in cases[:2]]
     assert _recorded_cases(tmp_path) == sorted(c.key for c in cases[:2])
     later = CountingSweeper(clock, case_seconds=10.0)
-    report = run_sweep(cases, later, tmp_path, time_budget_s=25.0, progress=False)
+    report = run_sweep(cases, later, tmp_path, time_budget_s=25.0, progress=False, clock_s=lambda: clock[0])
     assert (report.measured, report.skipped_done, report.left_for_later) == (2, 2, 2)
     assert later.measured == [c.key for c in cases[2:4]]
 
 
-def test_time_budget_always_runs_the_first_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_time_budget_always_runs_the_first_case(tmp_path: Path) -> None:
     clock = [0.0]
-    monkeypatch.setattr("algosel.measure.sweep.time", types.SimpleNamespace(monotonic=lambda: clock[0]))
-    report = run_sweep(_cases(3), CountingSweeper(clock, 100.0), tmp_path, time_budget_s=1.0, progress=False)
+    sweeper = CountingSweeper(clock, 100.0)
+    report = run_sweep(_cases(3), sweeper, tmp_path, time_budget_s=1.0, progress=False, clock_s=lambda: clock[0])
     assert (report.measured, report.left_for_later) == (1, 2)
 
 
@@ -417,16 +416,14 @@ def _shortlist(sweeper: Sweeper, names: tuple[str, ...]) -> dict[str, dict]:
     return {r["candidate_id"]: r for r in sweeper.measure_candidates(FC, pairs)}
 
 
-def test_checked_against_the_first_candidate_no_reference_is_computed(monkeypatch) -> None:
-    import algosel.measure.sweeper as sweeper_mod
-
+def test_checked_against_the_first_candidate_no_reference_is_computed() -> None:
     def no_reference(*args, **kwargs):
         raise AssertionError("the exact reference was computed")
 
-    monkeypatch.setattr(sweeper_mod, "reference", no_reference)
-    sweeper = Sweeper([], FakeTimer(lambda label: TIMES[label]), ENV, device="cpu", reference="first")
+    timer = FakeTimer(lambda label: TIMES[label])
+    sweeper = Sweeper([], timer, ENV, device="cpu", reference="first", exact_reference=no_reference)
     rows = _shortlist(sweeper, ("zeros", "untouched", "good"))
-    assert rows["pytorch:default"]["status"] == "ok" and rows["pytorch:default"]["max_rel_error"] == 0.0
+    assert rows[DEFAULT_ID]["status"] == "ok" and rows[DEFAULT_ID]["max_rel_error"] == 0.0
     assert rows["fake:zeros"]["status"] == "wrong_result"
     assert rows["fake:untouched"]["status"] == "wrong_result"  # the poisoned buffer, not the default's result
     assert rows["fake:good"]["status"] == "ok" and rows["fake:good"]["max_rel_error"] < 1e-6
@@ -501,9 +498,9 @@ def test_a_deadline_stops_starting_candidates_after_the_first() -> None:
     fake, default = FakeSpace(), PyTorchDefaultSpace()
     pairs = [(default, default.candidate("default", FC.direction)), (fake, Candidate("fake", "good"))]
     past = sweeper.measure_candidates(FC, pairs, deadline_s=time.perf_counter() - 1.0)
-    assert [r["candidate_id"] for r in past] == ["pytorch:default"]  # the reference is always measured
+    assert [r["candidate_id"] for r in past] == [DEFAULT_ID]  # the reference is always measured
     later = sweeper.measure_candidates(FC, pairs, deadline_s=time.perf_counter() + 60.0)
-    assert [r["candidate_id"] for r in later] == ["pytorch:default", "fake:good"]
+    assert [r["candidate_id"] for r in later] == [DEFAULT_ID, "fake:good"]
 
 
 class _SlowBuilds(CandidateSpace):
@@ -535,27 +532,25 @@ class _SlowBuilds(CandidateSpace):
         return _Run()
 
 
-def _slow_sweeper(monkeypatch, times_ms: dict[str, float]) -> tuple[Sweeper, _SlowBuilds]:
-    import algosel.measure.sweeper as sweeper_mod
-
+def _slow_sweeper(times_ms: dict[str, float]) -> tuple[Sweeper, _SlowBuilds]:
     clock = [0.0]
-    monkeypatch.setattr(sweeper_mod, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     timer = FakeTimer(lambda label: times_ms[label])
-    return Sweeper([], timer, ENV, device="cpu", reference="first", slow_build_s=0.05), _SlowBuilds(clock)
+    sweeper = Sweeper([], timer, ENV, device="cpu", reference="first", slow_build_s=0.05, clock_s=lambda: clock[0])
+    return sweeper, _SlowBuilds(clock)
 
 
-def test_an_engine_that_builds_slowly_and_loses_is_not_built_again(monkeypatch) -> None:
-    times = {"pytorch:default": 1.0, "slow:eng3_a=0.2": 2.0, "slow:eng3_b=0.01": 0.5, "slow:eng4_a=0.01": 0.9}
-    sweeper, space = _slow_sweeper(monkeypatch, times)
+def test_an_engine_that_builds_slowly_and_loses_is_not_built_again() -> None:
+    times = {DEFAULT_ID: 1.0, "slow:eng3_a=0.2": 2.0, "slow:eng3_b=0.01": 0.5, "slow:eng4_a=0.01": 0.9}
+    sweeper, space = _slow_sweeper(times)
     default = PyTorchDefaultSpace()
     pairs = [(default, default.candidate("default", FC.direction))]
     pairs += [(space, space.candidate(n, FC.direction)) for n in ("eng3_a=0.2", "eng3_b=0.01", "eng4_a=0.01")]
     rows = sweeper.measure_candidates(FC, pairs)
     # engine 3's second knob set is left out at once, on this problem and the next; engine 4 is built as usual
-    assert [r["candidate_id"] for r in rows] == ["pytorch:default", "slow:eng3_a=0.2", "slow:eng4_a=0.01"]
+    assert [r["candidate_id"] for r in rows] == [DEFAULT_ID, "slow:eng3_a=0.2", "slow:eng4_a=0.01"]
     assert sweeper.slow_engines == {("slow", 3, "fwd", "float32", "nchw", False)} and sweeper.skipped_slow_builds == 1
     again = sweeper.measure_candidates(FC, pairs)
-    assert [r["candidate_id"] for r in again] == ["pytorch:default", "slow:eng4_a=0.01"]
+    assert [r["candidate_id"] for r in again] == [DEFAULT_ID, "slow:eng4_a=0.01"]
     assert space.prepared == ["eng3_a=0.2", "eng4_a=0.01", "eng4_a=0.01"]
     # another kind of problem (here: its layout) builds engine 3 again
     nhwc = dataclasses.replace(FC, layout="nhwc")
@@ -563,9 +558,9 @@ def test_an_engine_that_builds_slowly_and_loses_is_not_built_again(monkeypatch) 
     assert len(sweeper.measure_candidates(nhwc, pairs_nhwc)) == 2 and space.prepared[-1] == "eng3_a=0.2"
 
 
-def test_a_slow_build_that_is_the_fastest_keeps_its_engine(monkeypatch) -> None:
-    times = {"pytorch:default": 1.0, "slow:eng3_a=0.2": 0.5}
-    sweeper, space = _slow_sweeper(monkeypatch, times)
+def test_a_slow_build_that_is_the_fastest_keeps_its_engine() -> None:
+    times = {DEFAULT_ID: 1.0, "slow:eng3_a=0.2": 0.5}
+    sweeper, space = _slow_sweeper(times)
     default = PyTorchDefaultSpace()
     pairs = [(default, default.candidate("default", FC.direction)), (space, space.candidate("eng3_a=0.2", "fwd"))]
     assert [r["status"] for r in sweeper.measure_candidates(FC, pairs)] == ["ok", "ok"]
@@ -573,9 +568,9 @@ def test_a_slow_build_that_is_the_fastest_keeps_its_engine(monkeypatch) -> None:
     assert len(sweeper.measure_candidates(FC, pairs)) == 2 and space.prepared == ["eng3_a=0.2"] * 2
 
 
-def test_sweeps_measure_every_candidate_however_slow_its_build(monkeypatch) -> None:
-    times = {"pytorch:default": 1.0, "slow:eng3_a=0.2": 2.0, "slow:eng3_b=0.2": 2.0}
-    sweeper, space = _slow_sweeper(monkeypatch, times)
+def test_sweeps_measure_every_candidate_however_slow_its_build() -> None:
+    times = {DEFAULT_ID: 1.0, "slow:eng3_a=0.2": 2.0, "slow:eng3_b=0.2": 2.0}
+    sweeper, space = _slow_sweeper(times)
     sweeper.slow_build_s = None  # a sweep's setting
     pairs = [(space, space.candidate(n, FC.direction)) for n in ("eng3_a=0.2", "eng3_b=0.2")]
     assert len(sweeper.measure_candidates(FC, pairs)) == 2 and sweeper.slow_engines == set()

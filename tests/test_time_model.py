@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from algosel.candidates import DEFAULT_ID
 from algosel.files import describe_file
 from algosel.learn.artifact import MANIFEST_FILE, SelectorError, verify_directory
 from algosel.learn.evaluate import Prepared, is_test_shape
@@ -48,7 +49,7 @@ def test_calibration_groups_on_a_known_answer():
     data = pd.DataFrame(
         {
             "problem_key": ["p", "p", "p", "q", "q"],
-            "candidate_id": ["pytorch:default", "cudnn:a", "cudnn:b", "pytorch:default", "cudnn:a"],
+            "candidate_id": [DEFAULT_ID, "cudnn:a", "cudnn:b", DEFAULT_ID, "cudnn:a"],
             "status": ["ok", "ok", "build_failed", "ok", "ok"],
             "time_ms_median": [1.0, 2.0, np.nan, 4.0, 1.0],
         }
@@ -63,7 +64,7 @@ def test_calibration_groups_on_a_known_answer():
     text = format_calibration(cal)
     assert "pytorch_default" in text and "chosen" in text and "%" in text
     assert "chosen" not in calibration(data, predicted)
-    no_default = calibration(data[data["candidate_id"] != "pytorch:default"], predicted[[1, 2, 4]])
+    no_default = calibration(data[data["candidate_id"] != DEFAULT_ID], predicted[[1, 2, 4]])
     assert no_default["pytorch_default"]["rows"] == 0 and "pytorch_default" not in format_calibration(no_default)
 
 
@@ -103,7 +104,7 @@ def test_choices_carry_predicted_times_and_the_default_can_be_asked_for(slice_mo
     p = ConvProblem(n=24, c=72, k=136, h=33, w=35, r=3, s=3, pad_h=1, pad_w=1, dtype="float16")
     choices = sel.choose(p, top_k=3)
     assert all(c.predicted_time_ms is not None and c.predicted_time_ms > 0 for c in choices)
-    ids = [choices[0].candidate_id, "pytorch:default"]
+    ids = [choices[0].candidate_id, DEFAULT_ID]
     times = sel.predicted_time_ms(p, ids)
     assert list(times) == ids and all(t > 0 for t in times.values())
     assert times[choices[0].candidate_id] == pytest.approx(choices[0].predicted_time_ms)
@@ -133,7 +134,7 @@ def test_a_model_without_a_time_model_still_ranks(model_copy):
     p = ConvProblem(n=32, c=64, k=64, h=56, w=56, r=3, s=3, pad_h=1, pad_w=1, dtype="float16")
     assert sel.time_model is None and sel.choose(p)[0].predicted_time_ms is None
     with pytest.raises(SelectorError, match="no time model"):
-        sel.predicted_time_ms(p, ["pytorch:default"])
+        sel.predicted_time_ms(p, [DEFAULT_ID])
 
 
 def test_a_listed_time_model_file_that_is_missing_damaged_or_corrupt_is_named(model_copy):
@@ -158,9 +159,7 @@ def test_time_model_round_trip(slice_model, tmp_path):
     again = Selector.load(sel.save(tmp_path / "again"))
     assert TIME_MODEL_FILE in again.manifest["files"] and verify_directory(tmp_path / "again") == []
     p = ConvProblem(n=8, c=32, k=48, h=20, w=20, r=3, s=3, pad_h=1, pad_w=1)
-    assert again.predicted_time_ms(p, ["pytorch:default"]) == pytest.approx(
-        sel.predicted_time_ms(p, ["pytorch:default"])
-    )
+    assert again.predicted_time_ms(p, [DEFAULT_ID]) == pytest.approx(sel.predicted_time_ms(p, [DEFAULT_ID]))
 
 
 def test_record_files_records_reports_but_never_the_model_files(model_copy):
@@ -186,7 +185,7 @@ def test_predicted_times_of_the_nearest_list_include_candidates_off_the_shortlis
     shortlist = sel.manifest["shortlist_rank"]
     off = [r["candidate_id"] for r in rows if r["space"] == "cudnn" and min(r["rank_a"], r["rank_b"]) >= shortlist]
     assert off, "the nearest list has configs beyond the shortlist"
-    ids = [off[0], "pytorch:default"]
+    ids = [off[0], DEFAULT_ID]
     times = sel.predicted_time_ms(p, ids)  # nothing memoised yet: computed from the nearest list
     assert list(times) == ids and all(t > 0 for t in times.values())
     assert times == sel.predicted_time_ms(p, ids, rows=rows)
@@ -204,8 +203,8 @@ def test_predicted_times_of_a_list_the_runtime_ranked(slice_model, slice_records
     ranked = sel.rank_rows(p, live)
     ids = [c.candidate_id for c in ranked[:3]]
     assert any(i.endswith("_live") for i in ids)
-    times = sel.predicted_time_ms(p, [*ids, "pytorch:default"], rows=live)
-    assert times == pytest.approx(sel.predicted_time_ms(p, [*ids, "pytorch:default"], rows=list(live)))  # afresh
+    times = sel.predicted_time_ms(p, [*ids, DEFAULT_ID], rows=live)
+    assert times == pytest.approx(sel.predicted_time_ms(p, [*ids, DEFAULT_ID], rows=list(live)))  # afresh
     assert [times[i] for i in ids] == pytest.approx([c.predicted_time_ms for c in ranked[:3]])
     # A live id off the shortlist was not predicted by rank_rows: computed from the list named.
     off = [r["candidate_id"] for r in live if r["candidate_id"].endswith("_live")

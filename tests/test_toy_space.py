@@ -10,6 +10,7 @@ import torch
 
 import algosel
 from algosel import spaces
+from algosel.candidates import DEFAULT_ID
 from algosel.learn.features import candidate_vector
 from algosel.learn.ranker import RankerParams
 from algosel.learn.selector import Selector
@@ -23,7 +24,7 @@ from algosel.spaces.pytorch import pytorch_conv
 
 ENV = {"env_id": "cpu-toy", "gpu_name": "none", "cudnn": 0}
 #: The toy's "fast" candidate is always the fastest, its "slow" one the slowest.
-TIMES = {"toy:fast": 0.5, "pytorch:default": 1.0, "toy:slow": 2.0}
+TIMES = {"toy:fast": 0.5, DEFAULT_ID: 1.0, "toy:slow": 2.0}
 
 
 class _ToyRunner(PreparedCandidate):

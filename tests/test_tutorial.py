@@ -1,4 +1,5 @@
-"""docs/tutorial.md: every command that runs without a GPU is run here, as written, in a temporary directory.
+"""docs/tutorial.md: every command that runs without a GPU is run here, as written, in a temporary directory
+(a block of ``algosel`` command lines through the command line's ``main`` in this process, any other in bash).
 
 Each ```bash block of the tutorial starts with a marker line:
 
@@ -14,8 +15,11 @@ Each ```bash block of the tutorial starts with a marker line:
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -79,13 +83,40 @@ def _mynet_sweep(workdir: Path) -> None:
         shutil.copy(part, target / part.name)
 
 
+def _run_block(commands: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """A block's commands as written: a block of ``algosel`` command lines alone through the command line's
+    ``main`` in this process, line by line (each new process would import torch, pandas and LightGBM again, seconds
+    of CPU; the ``algosel`` entry point itself is tests/test_install.py's); any other block in bash."""
+    lines = [line for line in commands.splitlines() if line.strip()]
+    if not all(line.startswith("algosel ") for line in lines):
+        return subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", commands], cwd=cwd, env=env, capture_output=True, text=True,
+            timeout=900, check=False,
+        )  # fmt: skip
+    from algosel.cli import main
+
+    out, err, status = io.StringIO(), io.StringIO(), 0
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            for line in lines:
+                status = main(shlex.split(line)[1:])
+                if status:
+                    break
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(commands, status, out.getvalue(), err.getvalue())
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the quoted outputs are those of a machine without a GPU")
-def test_the_tutorials_cpu_commands_run_as_written(tmp_path: Path) -> None:
+def test_the_tutorials_cpu_commands_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     slice_third(tmp_path / "data" / "sweeps" / "h200")  # so that training takes seconds
     for name in ("examples", "models"):
         (tmp_path / name).symlink_to(REPO / name)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("ALGOSEL_RECORD_UNSEEN", None)
+    monkeypatch.delenv("ALGOSEL_RECORD_UNSEEN", raising=False)  # for the command lines run in this process
     ran = swept = 0
     for marker, commands, quoted in _blocks():
         if marker not in (CPU, AFTER_SWEEP):
@@ -93,10 +124,7 @@ def test_the_tutorials_cpu_commands_run_as_written(tmp_path: Path) -> None:
         if marker == AFTER_SWEEP and not swept:
             _mynet_sweep(tmp_path)
             swept = 1
-        got = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", commands], cwd=tmp_path, env=env, capture_output=True, text=True,
-            timeout=900, check=False,
-        )  # fmt: skip
+        got = _run_block(commands, tmp_path, env)
         assert got.returncode == 0, f"{commands}\n{got.stdout}\n{got.stderr}"
         if quoted is not None:
             for line in quoted.strip().splitlines():

@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import REPO
 
+from algosel.candidates import DEFAULT_ID
 from algosel.problem import ConvProblem
 from algosel.runtime import hook
 from algosel.runtime.policy import DEFAULT_POLICY
@@ -46,7 +47,7 @@ def _replay(shipped, catalogue, problems, policy=DEFAULT_POLICY):
         d = ex.decide(p, torch.device("cpu"))
         times = {r["candidate_id"]: float(r["time_ms_median"]) for r in catalogue.rows(p.key)
                  if r["status"] == "ok" and not math.isnan(float(r["time_ms_median"]))}  # fmt: skip
-        default += times["pytorch:default"]
+        default += times[DEFAULT_ID]
         best += min(times.values())
         picked += times[d.candidate_id]  # a switch is to a candidate the replay timed: recorded there
         decisions.append(d)
@@ -62,12 +63,12 @@ def test_verify_mode_finds_time_the_default_leaves_on_a_network_the_records_lack
     assert "measured" in sources and ex.measured_problems == len(measurer.timed) > 0
     for d in decisions:
         if not d.passes_through:  # every switch is one the measurement (or the records) found faster by the margin
-            assert d.times_ms["pytorch:default"] >= DEFAULT_POLICY.min_measured_ratio * d.times_ms[d.candidate_id]
+            assert d.times_ms[DEFAULT_ID] >= DEFAULT_POLICY.min_measured_ratio * d.times_ms[d.candidate_id]
             assert d.gain_us() >= DEFAULT_POLICY.min_gain_us
     # the shortlist: PyTorch's default first, then at most verify (3) candidates, with the rest of the list only after
     # a default measured at least verify_whole_list_ms
     for asked in measurer.asked:
-        assert asked[0] == "pytorch:default" and 1 <= len(asked) <= 1 + DEFAULT_POLICY.verify_list_max
+        assert asked[0] == DEFAULT_ID and 1 <= len(asked) <= 1 + DEFAULT_POLICY.verify_list_max
 
 
 def test_a_larger_least_gain_switches_less_and_finds_no_more(shipped, mynet):

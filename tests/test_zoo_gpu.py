@@ -30,14 +30,15 @@ def gpu_zoo(monkeypatch, tmp_path):
 
 def test_the_networks_are_the_issue_s_and_the_detector_meets_30_sizes_no_records_hold(gpu_zoo, monkeypatch):
     zoo, zoo_gpu = gpu_zoo
-    from algosel.measure.suites import _fpn_sizes
+    from algosel.measure.suites import fpn_input_sizes
 
     assert set(zoo.NETS) == {"efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "resnet50", "densenet121",
                              "regnet_y_1_6gf", "deeplabv3_resnet50", "unet", "srnet", "detector_ms30",
                              "regnet_x_3_2gf_ms9"}  # fmt: skip
     assert zoo.NETS["regnet_x_3_2gf_ms9"][2] == "multiscale_cls" and len(set(zoo_gpu.CLS_SIZES)) == 9
     assert zoo.NETS["deeplabv3_resnet50"][1] == 512
-    assert len(set(zoo_gpu.MS_SIZES)) == 30 and not set(zoo_gpu.MS_SIZES) & (set(_fpn_sizes()) | set(zoo.FPN_SIZES))
+    assert len(set(zoo_gpu.MS_SIZES)) == 30
+    assert not set(zoo_gpu.MS_SIZES) & (set(fpn_input_sizes()) | set(zoo.FPN_SIZES))
     monkeypatch.setattr(zoo, "SMOKE", False)
     model, inputs = zoo_gpu._multiscale("detector_ms30", 8, 0, torch.channels_last, "meta")  # full sizes, no memory
     assert len(inputs) == 30 and inputs[0][0].shape[0] == 8

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from algosel.candidates import DEFAULT_ID
 from algosel.learn.evaluate import Prepared, is_test_shape
 from algosel.learn.rules import on_shortlist
 from algosel.measure.grid import family_of
@@ -142,8 +143,8 @@ def errors_on(selector: Any, frame: pd.DataFrame, envs: Mapping[str, Any], train
     data = data[keep].assign(measured=np.log2(data.loc[keep, "time_ms_median"].to_numpy(dtype=float)))
     out = []
     for key, rows in data.groupby("problem_key", sort=False):
-        default = rows[rows["candidate_id"] == "pytorch:default"]
-        others = rows[rows["candidate_id"] != "pytorch:default"].nlargest(top_k, "score")
+        default = rows[rows["candidate_id"] == DEFAULT_ID]
+        others = rows[rows["candidate_id"] != DEFAULT_ID].nlargest(top_k, "score")
         if default.empty or others.empty:
             continue
         d_measured, d_predicted = float(default["measured"].iloc[0]), float(default["predicted"].iloc[0])

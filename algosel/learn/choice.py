@@ -14,9 +14,6 @@ from typing import Any
 from algosel.problem import ConvProblem
 from algosel.spaces import Candidate, get_space, space_names
 
-#: PyTorch's default's candidate id: the runtime compares a choice's predicted time with it.
-DEFAULT_ID = "pytorch:default"
-
 
 @dataclass(frozen=True)
 class Choice:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from algosel.learn.choice import DEFAULT_ID
+from algosel.candidates import DEFAULT_ID
 from algosel.learn.features import listed_candidate_matrix
 from algosel.learn.time_model import TimeModel
 from algosel.problem import ConvProblem

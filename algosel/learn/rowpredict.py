@@ -45,6 +45,12 @@ class RowPredictor:
         self._failed = False
         self._lock = threading.Lock()
 
+    @property
+    def fast_path_ready(self) -> bool:
+        """Whether LightGBM's single-row fast path is set up (after a first small prediction; False where this
+        LightGBM lacks it and every prediction takes the plain path)."""
+        return self._config is not None
+
     def _init(self) -> bool:
         from lightgbm.basic import _c_str, _safe_call  # noqa: PLC0415
 

@@ -18,7 +18,6 @@ times, kept per problem and list (:mod:`algosel.learn.predicted_time`).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from algosel.candidates import DEFAULT_ID
 from algosel.learn.artifact import (
     SPACES_DEFAULT,
     SelectorError,
@@ -34,16 +34,18 @@ from algosel.learn.artifact import (
     space_of,
 )
 
-# Choice, candidate_row, offline_rows and DEFAULT_ID are the choice's; check_environment, new_gpu_fix and
+# Choice, candidate_row and offline_rows are the choice's; check_environment, new_gpu_fix and
 # JointModelWarning the model environment's: public names, importable from here as they always were.
 from algosel.learn.choice import (  # noqa: F401
-    DEFAULT_ID,
     Choice,
     candidate_row,
     choice_of,
     offline_rows,
 )
 from algosel.learn.compiled import attach_cached
+
+# ExtrapolationWarning is the extrapolation module's: importable from here as it always was.
+from algosel.learn.extrapolation import ExtrapolationWarning, warn_extrapolation  # noqa: F401
 from algosel.learn.features import assemble, hardware_vector, listed_candidate_matrix
 from algosel.learn.model_environment import JointModelWarning, check_environment, new_gpu_fix  # noqa: F401
 from algosel.learn.predicted_time import (
@@ -64,38 +66,6 @@ from algosel.spaces import get_space, space_names
 #: A problem size (a field, or the FLOPs) more than this factor beyond the smallest or largest recorded one lies
 #: outside what a model covers: its answer is an extrapolation.
 EXTRAPOLATION_FACTOR = 2.0
-
-
-class ExtrapolationWarning(UserWarning):
-    """An answer for a problem outside what the model's records cover; warned once per process and kind of
-    extrapolation (each dtype and layout the records lack, each size field beyond them, no problem of its kind)."""
-
-
-#: The kinds of extrapolation warned about in this process (:func:`_extrapolation_kind`). A frozenset rebound, never
-#: changed in place, so that a caller may save and restore it around answers it does not want warned about.
-_extrapolation_warned: frozenset[str] = frozenset()
-
-
-def _extrapolation_kind(why: str) -> str:
-    """The kind of a :meth:`Selector.coverage` reason: ``dtype 'bfloat16'``, ``layout 'nhwc'``, a size field
-    (``n``, ``h``, ``flops``...) or the reason itself (no problem of its kind)."""
-    return why.split(" is ", 1)[0].split("=", 1)[0]
-
-
-def _warn_extrapolation(problem: ConvProblem, why: str) -> None:
-    # Once per kind, not once per process: a first answer beyond the recorded batch sizes must not silence a later
-    # one in a dtype the records lack; nor once per problem, which would warn on every layer of a network.
-    global _extrapolation_warned  # noqa: PLW0603 - per process, whatever the selector
-    kind = _extrapolation_kind(why)
-    if kind in _extrapolation_warned:
-        return
-    _extrapolation_warned = _extrapolation_warned | {kind}
-    warnings.warn(
-        f"algosel: {problem.key}: {why}; the model's answer is an extrapolation (Choice.extrapolated; "
-        f"further ones of this kind ({kind}) are not warned about)",
-        ExtrapolationWarning,
-        stacklevel=5,  # the caller of algosel.predict (predict -> choose -> _rank -> here)
-    )
 
 
 class Selector:
@@ -159,6 +129,11 @@ class Selector:
             replace=replace,
             replace_shipped=replace_shipped,
         )
+
+    def with_manifest(self, manifest: dict[str, Any]) -> Selector:
+        """The same ranker, time model and catalogue (every GPU's, for a joint model) under another manifest: a
+        model fitted in memory, saved with the fields of the run that made it."""
+        return Selector(self.ranker, manifest, self._saved_catalogue, self.time_model)
 
     @classmethod
     def load(cls, directory: str | Path, force: bool = False) -> Selector:
@@ -312,7 +287,7 @@ class Selector:
                 self._times.keep(time_key, known if default_ms is None else {**known, DEFAULT_ID: default_ms})
         why = self.coverage(problem, source)
         if why:
-            _warn_extrapolation(problem, why)
+            warn_extrapolation(problem, why)
         return [choice_of(problem, rows[i], scores[i], source, why, t) for i, t in zip(order, times)]
 
     def _shortlist(self, all_rows: list[dict[str, Any]], mkey: tuple | None) -> tuple[list[int], np.ndarray]:
@@ -339,7 +314,7 @@ class Selector:
     ) -> dict[str, float]:
         """The time model's predicted device time (ms) of candidates of ``problem``, by candidate id.
 
-        Any candidate of the problem's list may be asked for, shortlisted or not, ``"pytorch:default"`` included
+        Any candidate of the problem's list may be asked for, shortlisted or not, ``DEFAULT_ID`` included
         (the runtime compares a choice's predicted time with the default's to decide whether a switch pays for
         its host overhead).
 

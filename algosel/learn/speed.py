@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 import lightgbm as lgb
 import numpy as np
 
-from algosel.learn import selector as selector_module
-from algosel.learn.selector import DEFAULT_ID, ExtrapolationWarning
+from algosel.candidates import DEFAULT_ID
+from algosel.learn.extrapolation import ExtrapolationWarning, extrapolation_warnings_scope
 from algosel.measure.grid import GridSpec, sample_grid
 from algosel.problem import ConvProblem
 
@@ -119,18 +119,14 @@ def first_prediction_us(
 
     # Grid shapes beyond the recorded sizes are answered as extrapolations: not worth a warning here, and the
     # one warning a process gets is left for the user's own problems.
-    warned = selector_module._extrapolation_warned  # noqa: SLF001 - this module times the selector
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), extrapolation_warnings_scope(fresh=False):
         warnings.simplefilter("ignore", ExtrapolationWarning)
-        try:
-            answer(problems[0])
-            out = []
-            for p in problems[1:]:
-                t = clock()
-                answer(p)
-                out.append(1e6 * (clock() - t))
-        finally:
-            selector_module._extrapolation_warned = warned  # noqa: SLF001
+        answer(problems[0])
+        out = []
+        for p in problems[1:]:
+            t = clock()
+            answer(p)
+            out.append(1e6 * (clock() - t))
     return np.array(out)
 
 

@@ -27,6 +27,7 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
+from algosel.candidates import DEFAULT_ID
 from algosel.files import write_text
 from algosel.learn.artifact import booster_from_bytes, verified_bytes
 from algosel.learn.features import CATEGORICAL_FEATURES, FEATURE_NAMES
@@ -193,7 +194,7 @@ def calibration(data: pd.DataFrame, predicted_log2_ms: np.ndarray, chosen: pd.Se
     if chosen is not None:
         picked = data["candidate_id"].to_numpy() == data["problem_key"].map(chosen).to_numpy()
         out["chosen"] = log_error_stats(error[keep & picked])
-    out["pytorch_default"] = log_error_stats(error[keep & (data["candidate_id"] == "pytorch:default").to_numpy()])
+    out["pytorch_default"] = log_error_stats(error[keep & (data["candidate_id"] == DEFAULT_ID).to_numpy()])
     return out
 
 

@@ -224,7 +224,7 @@ def run_ray_sweep(
         slots.limit()  # a cluster without room for a task: said before anything starts
     bar = tqdm(total=len(todo), desc=f"sweep ray {shard[0]}/{shard[1]}", unit="case", disable=not progress)
     with StopSignals() as stop:  # records SIGINT / SIGTERM; the loop below looks at it between waits
-        tasks.run(slots, stop, time_budget_s, bar, lambda chunk, exc: _worker_died(
+        tasks.run(slots, stop, time_budget_s, bar, lambda chunk, exc: after_worker_death(
             chunk, exc, tasks.waiting, crashed, inflight_path, max_retries, report))  # fmt: skip
         report.left_for_later = sum(map(len, tasks.waiting)) + sum(map(len, tasks.pending.values()))
         report.interrupted = stop.signum
@@ -273,7 +273,7 @@ class _Tasks:
         try:
             while (self.waiting or self.pending) and stop.signum is None:
                 limit = slots.limit()
-                while self.waiting and len(self.pending) < limit and _fits(
+                while self.waiting and len(self.pending) < limit and task_fits_budget(
                         time_budget_s, time.monotonic() - start, self.task_s, len(self.pending), limit):  # fmt: skip
                     chunk = self.waiting.popleft()
                     self.pending[self.remote.remote(sweep_id, self.make_sweeper, chunk)] = chunk
@@ -337,7 +337,7 @@ def _todo(cases, shard, journal, out_dir, inflight_path, resume_from, retry_cras
     return todo, crashed
 
 
-def _fits(budget_s: float | None, elapsed_s: float, task_s: list[float], pending: int, limit: int) -> bool:
+def task_fits_budget(budget_s: float | None, elapsed_s: float, task_s: list[float], pending: int, limit: int) -> bool:
     """Whether a task submitted ``elapsed_s`` into the sweep, behind ``pending`` others, would end within the budget:
     it waits for its share of the tasks ahead of it beyond one a slot (``limit // 2`` slots), then takes the mean
     task time (no estimate before the first task ends: it is submitted)."""
@@ -349,7 +349,7 @@ def _fits(budget_s: float | None, elapsed_s: float, task_s: list[float], pending
     return elapsed_s + mean * (1 + ahead / slots) <= budget_s
 
 
-def _worker_died(chunk, exc, waiting, crashed, inflight_path, max_retries, report) -> None:
+def after_worker_death(chunk, exc, waiting, crashed, inflight_path, max_retries, report) -> None:
     """A task whose worker died on every attempt: a chunk goes back as tasks of one case (first in the queue), a
     single case is counted as having ended its process (skipped by later runs)."""
     why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

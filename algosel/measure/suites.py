@@ -46,7 +46,7 @@ FPN_STRIDES: tuple[int, ...] = (4, 8, 16, 32)
 FPN_IN_CHANNELS: tuple[int, ...] = (256, 512, 1024, 2048)
 
 
-def _fpn_sizes() -> tuple[tuple[int, int], ...]:
+def fpn_input_sizes() -> tuple[tuple[int, int], ...]:
     """Twenty detection input sizes around 800x1216.
 
     Detection inputs vary per batch (aspect-ratio grouping, multi-scale training) and are padded to a multiple
@@ -126,7 +126,7 @@ SUITES: dict[str, SuiteSpec] = {
     "fpn": SuiteSpec(
         "fpn",
         "algosel.measure.suites.FPNHead(): 1x1 laterals to 256 and 3x3 outputs on ResNet C2..C5 (strides 4..32)",
-        _fpn_sizes(),
+        fpn_input_sizes(),
         1,
         in_channels=FPN_IN_CHANNELS[0],
         needs_torchvision=False,

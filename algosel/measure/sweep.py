@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -177,6 +177,7 @@ def run_sweep(
     time_budget_s: float | None = None,
     progress: bool = True,
     retry_crashed: bool = False,
+    clock_s: Callable[[], float] = time.monotonic,
 ) -> SweepReport:
     """Measure the shard's cases not yet recorded in ``out_dir`` or ``resume_from``; see the module docstring.
 
@@ -184,7 +185,8 @@ def run_sweep(
     compacts what it measured into ``out_dir/part-<time>-<shard>.parquet``. A SIGINT or SIGTERM stops it as the
     module docstring says (``report.interrupted`` is the signal's number). ``retry_crashed`` forgets the attempt
     counts, so that cases skipped after ending the process twice are tried again (a SIGKILL from outside, which no
-    process can tell from a crash, counts as one).
+    process can tell from a crash, counts as one). ``clock_s`` (seconds, ``time.monotonic``) is what the budget
+    is read against; tests pass a scripted clock.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -207,7 +209,7 @@ def run_sweep(
             else:
                 todo.append(c)
         attempts = _Attempts(inflight_path, crashed)
-        _measure_cases(todo, sweeper, journal, attempts, stop, report, shard, time_budget_s, progress)
+        _measure_cases(todo, sweeper, journal, attempts, stop, report, shard, time_budget_s, progress, clock_s)
         report.interrupted = stop.signum
         if not attempts.counts:
             inflight_path.unlink(missing_ok=True)
@@ -266,15 +268,16 @@ def _measure_cases(
     shard: tuple[int, int],
     time_budget_s: float | None,
     progress: bool,
+    clock_s: Callable[[], float],
 ) -> None:
     """Measure ``todo`` in order into the journal until done, out of budget or stopped by a signal."""
     from tqdm.auto import tqdm  # noqa: PLC0415
 
-    start = time.monotonic()
+    start = clock_s()
     bar = tqdm(todo, desc=f"sweep {shard[0]}/{shard[1]}", unit="case", disable=not progress, position=shard[0])
     try:
         for index, case in enumerate(bar):
-            elapsed = time.monotonic() - start
+            elapsed = clock_s() - start
             over_budget = time_budget_s is not None and index and elapsed + elapsed / index > time_budget_s
             if over_budget or stop.signum is not None:
                 report.left_for_later = len(todo) - index

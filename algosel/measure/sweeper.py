@@ -21,14 +21,14 @@ import logging
 import math
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from algosel.measure.timing import Timer
-from algosel.operands import TOLERANCE, make_operands, math_mode, reference, relative_error
+from algosel.operands import TOLERANCE, Operands, make_operands, math_mode, reference, relative_error
 from algosel.problem import ConvProblem
 from algosel.records.schema import Record
 from algosel.spaces.base import Candidate, CandidateError, CandidateSpace
@@ -92,6 +92,12 @@ class Sweeper:
         than PyTorch's default in NHWC and 5-11x faster in NCHW (ConvNeXt-T's layers, ``data/sweeps/h200-zoo-nhwc``),
         and one network can run both layouts. Such a build (0.14-1.04 s for those engines on the H200, against 2-14
         ms for the others) is paid once per problem and process; sweeps keep ``None`` (every candidate measured).
+    clock_s : callable
+        Wall time in seconds (``time.perf_counter``): what builds are timed by and ``deadline_s`` is read against.
+        Tests pass a scripted clock.
+    exact_reference : callable
+        ``(problem, operands) -> tensor``, the exact result a candidate is checked against
+        (:func:`algosel.operands.reference`). Tests pass one that counts or refuses its calls.
     """
 
     def __init__(
@@ -106,6 +112,8 @@ class Sweeper:
         reference: str = "exact",
         math: str = "problem",
         slow_build_s: float | None = None,
+        clock_s: Callable[[], float] = time.perf_counter,
+        exact_reference: Callable[[ConvProblem, Operands], torch.Tensor] = reference,
     ):
         if reference not in ("exact", "first"):
             raise ValueError(f"reference must be 'exact' or 'first', got {reference!r}")
@@ -121,6 +129,8 @@ class Sweeper:
         self.workspace_limit_bytes = workspace_limit_bytes
         self.seed = seed
         self.slow_build_s = slow_build_s
+        self.clock_s = clock_s
+        self.exact_reference = exact_reference
         #: The engines whose plan took longer than ``slow_build_s`` to build and was not the fastest of its problem,
         #: with the kind of problem (see ``_engine_kind``): not built again by this sweeper for problems of the kind.
         self.slow_engines: set[tuple] = set()
@@ -156,12 +166,12 @@ class Sweeper:
     ) -> list[dict[str, Any]]:
         """Records of the given candidates on one problem, checked and timed as in a sweep (the runtime's measured
         shortlist). A cuDNN candidate that was not enumerated here is built by name. ``deadline_s`` (a
-        ``time.perf_counter()`` value): no candidate after the first is started past it (those left have no
-        record)."""
+        value of ``clock_s``, ``time.perf_counter()`` by default): no candidate after the first is started past it
+        (those left have no record)."""
 
         def listed():
             for i, (space, cand) in enumerate(candidates):
-                if i and deadline_s is not None and time.perf_counter() > deadline_s:
+                if i and deadline_s is not None and self.clock_s() > deadline_s:
                     return
                 yield space, cand, None
 
@@ -173,7 +183,7 @@ class Sweeper:
         generator = torch.Generator(device=self.device).manual_seed(self.seed ^ zlib.crc32(problem.key.encode()))
         with math_mode(problem) if self.math == "problem" else contextlib.nullcontext():
             opsets = [make_operands(problem, self.device, generator) for _ in range(self.operand_sets)]
-            ref = reference(problem, opsets[0]) if self.reference == "exact" else None
+            ref = self.exact_reference(problem, opsets[0]) if self.reference == "exact" else None
             best_ms: float | None = None
             slow: list[tuple[tuple, dict[str, Any]]] = []  # built slowly here, with their rows
             for space, cand, error in listed:
@@ -185,12 +195,12 @@ class Sweeper:
                     self.skipped_slow_builds += 1
                     continue
                 if ref is None and rows:  # a listing error came first: the exact reference checks the rest
-                    ref = reference(problem, opsets[0])
+                    ref = self.exact_reference(problem, opsets[0])
                 kept: list[torch.Tensor] = []
                 built_s: list[float] | None = [] if self.slow_build_s is not None else None
                 row = self._measure_candidate(space, problem, source, cand, opsets, ref, best_ms, kept, built_s)
                 if ref is None:  # this first candidate's result checks the others
-                    ref = kept[0] if kept else reference(problem, opsets[0])
+                    ref = kept[0] if kept else self.exact_reference(problem, opsets[0])
                 rows.append(row)
                 if row["status"] == "ok":
                     best_ms = row["time_ms_median"] if best_ms is None else min(best_ms, row["time_ms_median"])
@@ -208,14 +218,14 @@ class Sweeper:
         """The candidate's record; with ``ref`` None its result is the reference, appended to ``kept``; the wall
         time its preparation took (s) is appended to ``built_s``."""
         row = functools.partial(_row, problem, source, cand, self.environment["env_id"])
-        t0 = time.perf_counter() if built_s is not None else 0.0
+        t0 = self.clock_s() if built_s is not None else 0.0
         try:
             prepared = space.prepare(problem, cand)
         except CandidateError as exc:
             return row(status=exc.status, reason=exc.reason)
         finally:
             if built_s is not None:
-                built_s.append(time.perf_counter() - t0)
+                built_s.append(self.clock_s() - t0)
         workspace = int(prepared.workspace_bytes)
         row = functools.partial(row, workspace_bytes=workspace)
         try:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from algosel.candidates import DEFAULT_ID, DecisionSource
 from algosel.learn.models import MODEL_SPACES, live_available, load_default
 from algosel.learn.selector import Choice, Selector
 from algosel.problem import ConvProblem
@@ -16,7 +17,9 @@ from algosel.spaces import get_space
 _selectors: dict[Any, Selector] = {}
 
 
-def _selector(model: str | Path | Selector | None, force: bool, space: str = "cudnn") -> Selector:
+def shared_selector(model: str | Path | Selector | None = None, force: bool = False, space: str = "cudnn") -> Selector:
+    """The selector ``algosel.predict`` answers with for these arguments: ``model`` itself where it is one, else the
+    model directory (``None``: the shipped one of ``space`` for this GPU) loaded once per process."""
     if isinstance(model, Selector):
         return model
     key = (str(model) if model is not None else None, force, space)
@@ -108,7 +111,7 @@ def predict(problem: ConvProblem | None = None, /, *, model: str | Path | Select
     problem = _problem_of(problem, fields)
     if space not in MODEL_SPACES:
         raise ValueError(f"space must be {' or '.join(map(repr, MODEL_SPACES))}, got {space!r}")
-    sel = _selector(model, force, space)
+    sel = shared_selector(model, force, space)
     if sel.space != space:
         raise ValueError(f"the model {model} selects {sel.space} candidates, not {space}")
     live = _live(sel, live)
@@ -163,7 +166,7 @@ def _live(sel: Selector, live: bool | None) -> bool:
 
 def _measured(problem: ConvProblem, choices: list[Choice], measurer: Any) -> list[Choice]:
     """``choices`` and PyTorch's default, timed here once, fastest first (failures last, untimed)."""
-    if not any(c.candidate_id == "pytorch:default" for c in choices):
+    if not any(c.candidate_id == DEFAULT_ID for c in choices):
         choices = [*choices, _default_choice(choices)]
     rows = _measured_rows(problem, choices, measurer)
     times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows if r["status"] == "ok"}
@@ -185,14 +188,14 @@ def _measured_rows(problem: ConvProblem, choices: list[Choice], measurer: Any,
 
         measurer = runtime_measurer(DEFAULT_POLICY, math=math_mode)
     pairs = []
-    for c in sorted(choices, key=lambda c: c.candidate_id != "pytorch:default"):
+    for c in sorted(choices, key=lambda c: c.candidate_id != DEFAULT_ID):
         space = get_space(c.space)
         pairs.append((space, space.candidate(c.candidate_id.partition(":")[2], problem.direction)))
     return measurer.measure_candidates(problem, pairs, source="predict")
 
 
 def _default_choice(choices: list[Choice]) -> Choice:
-    return Choice(candidate_id="pytorch:default", space="pytorch", engine_id=-1, knobs="", score=float("nan"),
+    return Choice(candidate_id=DEFAULT_ID, space="pytorch", engine_id=-1, knobs="", score=float("nan"),
                   workspace_bytes=0, source=choices[0].source if choices else "none")  # fmt: skip
 
 
@@ -237,15 +240,15 @@ def _verified(problem: ConvProblem, choices: list[Choice], measurer: Any, cache:
     from algosel.runtime.cache import Decision  # noqa: PLC0415
 
     hit = cache.get(problem.key) if cache is not None else None
-    times = dict(hit.times_ms) if hit is not None and hit.source == "measured" else {}
-    host_us = dict(hit.host_us) if hit is not None and hit.source == "measured" else {}
-    if with_default and not any(c.candidate_id == "pytorch:default" for c in choices):
+    times = dict(hit.times_ms) if hit is not None and hit.source == DecisionSource.MEASURED else {}
+    host_us = dict(hit.host_us) if hit is not None and hit.source == DecisionSource.MEASURED else {}
+    if with_default and not any(c.candidate_id == DEFAULT_ID for c in choices):
         choices = [*choices, _default_choice(choices)]
     todo = [c for c in choices if c.candidate_id not in times]
     if todo:
         # PyTorch's default is timed again with what is new: each candidate is checked against the first one timed
-        if with_default and all(c.candidate_id != "pytorch:default" for c in todo):
-            todo = [next(c for c in choices if c.candidate_id == "pytorch:default"), *todo]
+        if with_default and all(c.candidate_id != DEFAULT_ID for c in todo):
+            todo = [next(c for c in choices if c.candidate_id == DEFAULT_ID), *todo]
         rows = _measured_rows(problem, todo, measurer, math_mode="problem")
         ok = {r["candidate_id"]: r for r in rows if r["status"] == "ok"}
         for c in todo:  # a candidate that failed (or was not timed) is kept as inf: it is not timed again
@@ -255,7 +258,7 @@ def _verified(problem: ConvProblem, choices: list[Choice], measurer: Any, cache:
                 host_us[c.candidate_id] = float(row["host_overhead_us"])
         if cache is not None:
             best = min(times, key=times.get)
-            cache.put(Decision(problem.key, best, "measured", "fastest" if best == "pytorch:default" else "",
+            cache.put(Decision(problem.key, best, DecisionSource.MEASURED, "fastest" if best == DEFAULT_ID else "",
                                times, host_us, by="predict"))  # fmt: skip
     timed = [dataclasses.replace(c, measured_time_ms=None if math.isinf(times[c.candidate_id]) else
                                  times[c.candidate_id], source="measured") for c in choices]  # fmt: skip

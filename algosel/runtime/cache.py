@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from algosel.candidates import DEFAULT_ID, DecisionSource  # noqa: F401 - Decision.source's vocabulary, importable here
+
 log = logging.getLogger(__name__)
 
 FORMAT = "algosel-runtime-cache"
@@ -54,8 +56,8 @@ class Decision:
     """What the runtime runs for one problem (one direction of one convolution)."""
 
     problem: str  # problem key
-    candidate_id: str  # "pytorch:default" for PyTorch's own path
-    source: str  # "records", "measured" (timed here) or "predicted" (the model's time estimate)
+    candidate_id: str  # DEFAULT_ID for PyTorch's own path
+    source: str  # a DecisionSource: "records", "measured" (timed here), "predicted" (the model's times) or "model"
     reason: str = ""  # why PyTorch's own path, where it is
     times_ms: dict[str, float] = field(default_factory=dict)  # per candidate, measured or predicted
     host_us: dict[str, float] = field(default_factory=dict)  # host time per call, measured (records or here)
@@ -65,12 +67,12 @@ class Decision:
 
     @property
     def passes_through(self) -> bool:
-        return self.candidate_id == "pytorch:default"
+        return self.candidate_id == DEFAULT_ID
 
     def gain_us(self) -> float:
         """Device time per call the chosen candidate saves over PyTorch's default by ``times_ms`` (0 where either
         time is unknown)."""
-        t, t_default = self.times_ms.get(self.candidate_id), self.times_ms.get("pytorch:default")
+        t, t_default = self.times_ms.get(self.candidate_id), self.times_ms.get(DEFAULT_ID)
         if t is None or t_default is None or math.isnan(t) or math.isnan(t_default):
             return 0.0
         return max(0.0, 1e3 * (t_default - t))

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from algosel.candidates import DEFAULT_ID
 from algosel.problem import ConvProblem
 from algosel.runtime.cache import Decision, RuntimeCache
 from algosel.runtime.candidates import CandidateSource, Ranked
@@ -85,7 +86,7 @@ class Decider:
     def decide(self, problem: ConvProblem, device: torch.device) -> Decision:
         """What ``problem`` runs; from the persistent cache where it has a decision made the same way."""
         if problem.dtype not in self.dtypes:
-            return Decision(problem.key, "pytorch:default", "model", "dtype not covered")
+            return Decision(problem.key, DEFAULT_ID, "model", "dtype not covered")
         cache = self.cache_for(device)
         if cache is None:
             return self.decide_uncached(problem, device)
@@ -141,9 +142,9 @@ class Decider:
         if self.verify and self.device.can_time(device):
             measured = self.verifier.measure(problem, device)
             if measured.why_not:
-                return Decision(problem.key, "pytorch:default", "model", measured.why_not)
+                return Decision(problem.key, DEFAULT_ID, "model", measured.why_not)
             times, host_us = measured.times_ms, measured.host_us
-            return self._judge(problem, fastest(times, host_us), times, times.get("pytorch:default"), "measured",
+            return self._judge(problem, fastest(times, host_us), times, times.get(DEFAULT_ID), "measured",
                                self.policy.min_measured_ratio, host_us)  # fmt: skip
         # The model's shortlist of the nearest recorded problem's list, judged by its predicted times. Only where
         # these predict a gain worth a closer look is cuDNN's live list of the problem ranked instead: the query
@@ -165,20 +166,20 @@ class Decider:
         recurrence = self.recurrence
         recurrence.met(problem)
         if self.calibration is None or not self.verifier.has_times():
-            return Decision(problem.key, "pytorch:default", "model", "no calibrated time model")
+            return Decision(problem.key, DEFAULT_ID, "model", "no calibrated time model")
         budget = self.tuning_budget_s
         can_time = self.rule_times and self.device.can_time(device)
         can_time = can_time and (budget is None or self.verifier.planning_s < budget)
         verdict = recurrence.near_verdict(problem) if can_time else None
-        if verdict is not None and verdict.candidate_id == "pytorch:default":
-            return Decision(problem.key, "pytorch:default", "model", "default fastest at a near size of the layer")
+        if verdict is not None and verdict.candidate_id == DEFAULT_ID:
+            return Decision(problem.key, DEFAULT_ID, "model", "default fastest at a near size of the layer")
         ranked = self.candidates.ranked(problem, False, self.policy.rule_max_timed + 1)
-        ids = [c.candidate_id for c in ranked.choices if c.candidate_id != "pytorch:default"]
+        ids = [c.candidate_id for c in ranked.choices if c.candidate_id != DEFAULT_ID]
         if verdict is not None and verdict.candidate_id in ids:
             ids = [verdict.candidate_id]
         if not ids:
-            return Decision(problem.key, "pytorch:default", "model", "predicted best")
-        times = self.verifier.predicted(problem, [*ids, "pytorch:default"], ranked)
+            return Decision(problem.key, DEFAULT_ID, "model", "predicted best")
+        times = self.verifier.predicted(problem, [*ids, DEFAULT_ID], ranked)
         errors = self.calibration.for_problem(problem, self.selector.records_distance(problem))
         policy = self.policy
         costs = Costs(policy.plan_build_ms, policy.timing_overhead_ms, policy.timer.max_repeats + 1,
@@ -186,7 +187,7 @@ class Decider:
         action = rule_decide(times, ids, errors, recurrence.expected_calls(problem), costs, policy.rule_max_timed,
                              can_time, min_win_share=policy.untimed_min_win_share)  # fmt: skip
         if action.kind == PASS:
-            return Decision(problem.key, "pytorch:default", "model", action.reason, times)
+            return Decision(problem.key, DEFAULT_ID, "model", action.reason, times)
         if action.kind == SWITCH:
             return Decision(problem.key, action.candidates[0], "predicted", action.reason, times)
         t0 = self.verifier.clock()
@@ -195,12 +196,12 @@ class Decider:
             # what is timed comes from cuDNN's own list of the problem where it can be queried (a few ms): the
             # nearest recorded problem's configs may not build for it
             live = self.candidates.ranked(problem, True, len(timed) + 1, policy.verify_live_modes)
-            timed = [c.candidate_id for c in live.choices if c.candidate_id != "pytorch:default"][: len(timed)]
+            timed = [c.candidate_id for c in live.choices if c.candidate_id != DEFAULT_ID][: len(timed)]
         measured, host_us = self.verifier.time_candidates(problem, timed, device)
         self.verifier.measured_problems += 1
         self.verifier.planning_s += self.verifier.clock() - t0
         # judged as a measurement in a GPU-bound step: probation and the step trial still check that the step gains
-        decision = self._judge(problem, fastest(measured, host_us), measured, measured.get("pytorch:default"),
+        decision = self._judge(problem, fastest(measured, host_us), measured, measured.get(DEFAULT_ID),
                                "measured", policy.min_measured_ratio, host_us, device_bound=True)  # fmt: skip
         recurrence.remember(problem, decision.candidate_id)
         return decision
@@ -210,35 +211,35 @@ class Decider:
         pick, judged by the recorded times."""
         sel = self.selector
         rows = sel.catalogue.rows(problem.key) or []
-        default_ms = sel.catalogue.time_ms(problem.key, "pytorch:default")
+        default_ms = sel.catalogue.time_ms(problem.key, DEFAULT_ID)
         if self.verify:
             times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows
                      if r.get("status") == "ok" and finite(r.get("time_ms_median"))
                      and self._allowed(problem, r)}  # fmt: skip
             host_us = self.recorded_host_us(problem, list(times))
             cid = fastest(times, host_us)
-            host_us = {c: host_us[c] for c in (cid, "pytorch:default") if c in host_us}
+            host_us = {c: host_us[c] for c in (cid, DEFAULT_ID) if c in host_us}
         else:
             cid = sel.choose(problem, self.max_workspace_bytes, top_k=1, live=False)[0].candidate_id
             times = {}
-            for c in (cid, "pytorch:default"):
+            for c in (cid, DEFAULT_ID):
                 t = sel.catalogue.time_ms(problem.key, c)
                 if t is not None:
                     times[c] = t
-            host_us = self.recorded_host_us(problem, [cid, "pytorch:default"])
+            host_us = self.recorded_host_us(problem, [cid, DEFAULT_ID])
         return self._judge(problem, cid, times, default_ms, "records", self.policy.min_measured_ratio, host_us)
 
     def _predicted(self, problem: ConvProblem, ranked: Ranked) -> Decision:
         """The decision of the model's shortlist ``ranked`` for an unrecorded problem, by their predicted times."""
         ids = [c.candidate_id for c in ranked.choices]
         if not self.verifier.has_times():
-            why = "predicted best" if ids[0] == "pytorch:default" else "no gain estimate for an unrecorded problem"
-            return Decision(problem.key, "pytorch:default", "model", why)
-        times = self.verifier.predicted(problem, list(dict.fromkeys([*ids, "pytorch:default"])), ranked)
+            why = "predicted best" if ids[0] == DEFAULT_ID else "no gain estimate for an unrecorded problem"
+            return Decision(problem.key, DEFAULT_ID, "model", why)
+        times = self.verifier.predicted(problem, list(dict.fromkeys([*ids, DEFAULT_ID])), ranked)
         best = min(ids, key=lambda c: times.get(c, math.inf))
-        return self._judge(problem, best, times, times.get("pytorch:default"), "predicted",
+        return self._judge(problem, best, times, times.get(DEFAULT_ID), "predicted",
                            self.min_predicted_ratio(problem),
-                           self.recorded_host_us(problem, [best, "pytorch:default"]))  # fmt: skip
+                           self.recorded_host_us(problem, [best, DEFAULT_ID]))  # fmt: skip
 
     def min_predicted_ratio(self, problem: ConvProblem) -> float:
         """How much faster than PyTorch's default the model must predict a candidate of ``problem`` to switch."""
@@ -248,20 +249,20 @@ class Decider:
         """A cached decision under this executor's policy: a switch is kept only if it still pays; a pass-through for
         a gain below the threshold is judged again with its fastest candidate."""
         times = hit.times_ms
-        default_ms = times.get("pytorch:default")
+        default_ms = times.get(DEFAULT_ID)
         if default_ms is None:
             return hit
         if not hit.passes_through:
             cid = hit.candidate_id
         elif hit.reason == BELOW_THRESHOLD:
-            others = {c: t for c, t in times.items() if c != "pytorch:default" and finite(t)}
+            others = {c: t for c, t in times.items() if c != DEFAULT_ID and finite(t)}
             if not others:
                 return hit
             cid = min(others, key=others.get)
         else:
             return hit
         ratio = self.min_predicted_ratio(problem) if hit.source == "predicted" else self.policy.min_measured_ratio
-        host_us = hit.host_us if hit.source == "measured" else self.recorded_host_us(problem, [cid, "pytorch:default"])
+        host_us = hit.host_us if hit.source == "measured" else self.recorded_host_us(problem, [cid, DEFAULT_ID])
         # a switch kept for a GPU-bound step is judged by that rule again (the process that kept it looked at the
         # device; this one has not yet, and its probation and step trial still check that it pays here)
         return self._judge(problem, cid, times, default_ms, hit.source, ratio, host_us,
@@ -269,7 +270,7 @@ class Decider:
 
     def _judge(self, problem: ConvProblem, cid: str, times: dict[str, float], default_ms: float | None, source: str,
                min_ratio: float, host_us: dict[str, float] | None, device_bound: bool = False) -> Decision:  # fmt: skip
-        overhead_us = 0.0 if cid == "pytorch:default" else self.overhead_us(problem, cid)
+        overhead_us = 0.0 if cid == DEFAULT_ID else self.overhead_us(problem, cid)
         # predicted gains are never judged by the GPU-bound rule: their error is larger than what it lets through
         bound = source in ("records", "measured") and (device_bound or self.device_bound())
         return judge(self.policy, problem.key, cid, times, default_ms, source, min_ratio, overhead_us, host_us, bound)
@@ -285,7 +286,7 @@ class Decider:
     def recorded_host_us(self, problem: ConvProblem, candidate_ids: list[str]) -> dict[str, float]:
         """The records' host time per call of ``candidate_ids`` on ``problem`` (or its nearest recorded problem);
         empty where nothing but PyTorch's default is asked."""
-        if all(c == "pytorch:default" for c in candidate_ids):
+        if all(c == DEFAULT_ID for c in candidate_ids):
             return {}
         return self.selector.host_us(problem, candidate_ids)
 
@@ -315,7 +316,7 @@ class Decider:
         if verifier.too_short_to_pay(problem):
             return ""
         if verifier.has_times():
-            default_ms = verifier.predicted(problem, ["pytorch:default"]).get("pytorch:default", math.nan)
+            default_ms = verifier.predicted(problem, [DEFAULT_ID]).get(DEFAULT_ID, math.nan)
             if 1e3 * default_ms < exempt_us:
                 # no candidate can save the exempting gain off a default predicted shorter than it: look without
                 # ranking the shortlist (about 0.6 ms of host time a direction, paid at every new input size of a
@@ -325,8 +326,8 @@ class Decider:
                 return LOOK
         ids = verifier.shortlist_to_time(problem, live=False)[0]
         if ids and self.verifier.has_times():
-            times = self.verifier.predicted(problem, [*ids, "pytorch:default"])
-            default_ms = times.get("pytorch:default", math.nan)
+            times = self.verifier.predicted(problem, [*ids, DEFAULT_ID])
+            default_ms = times.get(DEFAULT_ID, math.nan)
             if 1e3 * (default_ms - min(times.get(c, math.inf) for c in ids)) >= exempt_us:
                 return EXEMPT
         return LOOK if ids else ""

@@ -12,7 +12,7 @@ import json
 import os
 import platform
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +55,14 @@ def _driver() -> str:
         return f"unknown (NVML: {type(exc).__name__}: {exc})"
 
 
-def extension_status() -> str:
-    """The compiled path's own one-line status (built, not built and why, disabled)."""
-    from algosel.runtime import native  # noqa: PLC0415
+def extension_status(status: Callable[[], str] | None = None) -> str:
+    """The compiled path's own one-line status (built, not built and why, disabled): ``status()``, by default
+    :func:`algosel.runtime.native.status`; where it raises, ``unknown (`` the error ``)``."""
+    if status is None:
+        from algosel.runtime.native import status  # noqa: PLC0415
 
     try:
-        return native.status()
+        return status()
     except Exception as exc:  # noqa: BLE001 - a broken build is reported, not raised
         return f"unknown ({type(exc).__name__}: {exc})"
 

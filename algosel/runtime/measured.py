@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from algosel.candidates import DecisionSource
 from algosel.problem import ConvProblem
 
 
@@ -141,7 +142,7 @@ def records_from_cache(folder: str | os.PathLike, selector: Any = None) -> pd.Da
     env["env_id"] = env_id(env)
     rows = []
     for decision in cache.decisions():
-        if decision.source != "measured" or not decision.times_ms:
+        if decision.source != DecisionSource.MEASURED or not decision.times_ms:
             continue  # records' or predicted times: nothing measured here
         try:
             problem = ConvProblem.from_key(decision.problem)

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from algosel.candidates import DEFAULT_ID
 from algosel.runtime.cache import Decision
 
 
@@ -231,7 +232,7 @@ def host_extra_us(host_us: dict[str, float], candidate_id: str) -> float:
     where the candidate is cheaper: a host-bound step gains nothing from a cheaper launch it does not wait on). A
     switch pays it on top of the least gain (engines 46, 41, 50, 61, 18 and 3 cost +11 to +30 us a call; the rest
     within +-5 us: ``benchmarks/archive/host_cost_records.py``)."""
-    t, t_default = host_us.get(candidate_id), host_us.get("pytorch:default")
+    t, t_default = host_us.get(candidate_id), host_us.get(DEFAULT_ID)
     if not (finite(t) and finite(t_default)):
         return 0.0
     return max(0.0, t - t_default)
@@ -241,7 +242,7 @@ def fastest(times: dict[str, float], host_us: dict[str, float]) -> str:
     """The measured candidate of least device time plus the host time it takes over PyTorch's default (as if they
     added up, which a host-bound step comes close to)."""
     if not times:
-        return "pytorch:default"
+        return DEFAULT_ID
     return min(times, key=lambda c: times[c] + host_extra_us(host_us, c) / 1e3)
 
 
@@ -249,8 +250,8 @@ def worth_a_closer_look(policy: SwitchPolicy, times_ms: dict[str, float]) -> boo
     """Whether predicted times of a shortlist and the default leave a gain to look for: the best of the others saving
     at least ``min_gain_us / verify_skip_factor``, or a default of at least ``verify_always_time_ms``, or a time
     unknown. Where not, neither timing the shortlist nor querying cuDNN's live list is worth its cost."""
-    default_ms = times_ms.get("pytorch:default")
-    best_ms = min((t for c, t in times_ms.items() if c != "pytorch:default" and finite(t)), default=None)
+    default_ms = times_ms.get(DEFAULT_ID)
+    best_ms = min((t for c, t in times_ms.items() if c != DEFAULT_ID and finite(t)), default=None)
     if default_ms is None or best_ms is None or default_ms >= policy.verify_always_time_ms:
         return True
     return 1e3 * (default_ms - best_ms) * policy.verify_skip_factor >= policy.min_gain_us
@@ -264,7 +265,7 @@ def too_short_to_pay(policy: SwitchPolicy, default_ms: float | None) -> bool:
 def pruned_shortlist(ids: list[str], times_ms: dict[str, float], max_ratio: float) -> list[str]:
     """The candidates of ``ids`` (best first) predicted within ``max_ratio`` of PyTorch's default, the first one
     whatever its time: building a cuDNN plan costs more of verify mode's first pass than timing it."""
-    default_ms = times_ms.get("pytorch:default")
+    default_ms = times_ms.get(DEFAULT_ID)
     if default_ms is None:
         return ids
     kept = [c for c in ids if finite(times_ms.get(c)) and times_ms[c] <= max_ratio * default_ms]
@@ -279,15 +280,15 @@ def judge(policy: SwitchPolicy, problem_key: str, cid: str, times: dict[str, flo
     and is at least ``min_ratio`` times faster. ``device_bound`` (a GPU-bound step; measured or recorded times): the
     least gain is ``device_bound_min_gain_us``, and a switch kept only by it says so (:data:`DEVICE_BOUND`)."""
     host_us = dict(host_us or {})
-    if cid == "pytorch:default":
+    if cid == DEFAULT_ID:
         return Decision(problem_key, cid, source, "fastest", times, host_us)
     t = times.get(cid)
     if t is None or default_ms is None:
-        return Decision(problem_key, "pytorch:default", source, "no time for the choice or the default", times, host_us)
+        return Decision(problem_key, DEFAULT_ID, source, "no time for the choice or the default", times, host_us)
     gain_us = 1e3 * (default_ms - t)
     cost_us = overhead_us + host_extra_us(host_us, cid)
     least_us = policy.device_bound_min_gain_us if device_bound else policy.min_gain_us
     if gain_us < least_us + cost_us or default_ms < min_ratio * t:
-        return Decision(problem_key, "pytorch:default", source, BELOW_THRESHOLD, times, host_us)
+        return Decision(problem_key, DEFAULT_ID, source, BELOW_THRESHOLD, times, host_us)
     reason = DEVICE_BOUND if gain_us < policy.min_gain_us + cost_us else ""
     return Decision(problem_key, cid, source, reason, times, host_us)

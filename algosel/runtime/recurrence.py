@@ -30,7 +30,7 @@ NEAR_SIZE_RATIO = 1.35
 
 @dataclass(frozen=True)
 class Verdict:
-    """A measured decision at one size of a layer: the candidate kept (``"pytorch:default"``: none was faster)."""
+    """A measured decision at one size of a layer: the candidate kept (``DEFAULT_ID``: none was faster)."""
 
     n: int
     h: int

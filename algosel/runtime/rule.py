@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from algosel.candidates import DEFAULT_ID
+
 if TYPE_CHECKING:  # (importing the hook loads no model library)
     from algosel.learn.calibration import ErrorSamples
 
@@ -72,7 +74,7 @@ def savings_ms(predicted_ms: Mapping[str, float], ranked: Sequence[str], errors:
     """Per error row (one possible truth) and ranked candidate: the device time per call the candidate saves over
     PyTorch's default, less the route's host cost; rows x candidates (NaN where the calibration has no error for that
     rank: a candidate past the ranks it measured takes the last rank's)."""
-    d = predicted_ms["pytorch:default"]
+    d = predicted_ms[DEFAULT_ID]
     true_default = d * np.exp2(errors.default)[:, None]
     cols = []
     for r, cid in enumerate(ranked):
@@ -84,7 +86,7 @@ def savings_ms(predicted_ms: Mapping[str, float], ranked: Sequence[str], errors:
 
 def timing_cost_ms(predicted_ms: Mapping[str, float], timed: Sequence[str], costs: Costs) -> float:
     """What timing ``timed`` and PyTorch's default costs: a plan build per candidate, and each one's runs."""
-    device_ms = sum(predicted_ms[c] for c in [*timed, "pytorch:default"])
+    device_ms = sum(predicted_ms[c] for c in [*timed, DEFAULT_ID])
     builds_ms = len(timed) * costs.plan_build_ms
     return builds_ms + (len(timed) + 1) * costs.timing_overhead_ms + costs.timing_runs * device_ms
 
@@ -97,7 +99,7 @@ def decide(predicted_ms: Mapping[str, float], ranked: Sequence[str], errors: Err
     Parameters
     ----------
     predicted_ms : mapping
-        Predicted device time per call of PyTorch's default (``"pytorch:default"``) and of each id of ``ranked``.
+        Predicted device time per call of PyTorch's default (``DEFAULT_ID``) and of each id of ``ranked``.
     ranked : sequence of str
         The model's candidates, best first (PyTorch's default left out).
     errors : ErrorSamples
@@ -113,8 +115,8 @@ def decide(predicted_ms: Mapping[str, float], ranked: Sequence[str], errors: Err
         Least share of the error rows in which an untimed switch must save time: a noise bound that keeps the
         runtime's promise (never slower than the default) where the calibration's tails are thin.
     """
-    ranked = [c for c in ranked if c != "pytorch:default" and _finite(predicted_ms.get(c))]
-    if not ranked or not _finite(predicted_ms.get("pytorch:default")) or not len(errors) or expected_calls <= 0:
+    ranked = [c for c in ranked if c != DEFAULT_ID and _finite(predicted_ms.get(c))]
+    if not ranked or not _finite(predicted_ms.get(DEFAULT_ID)) or not len(errors) or expected_calls <= 0:
         return Action(PASS, expected_calls=expected_calls)
     saving = savings_ms(predicted_ms, ranked, errors, costs.route_host_us)
     best = Action(PASS, expected_calls=expected_calls)

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from algosel.candidates import DEFAULT_ID
 from algosel.runtime.candidates import ModelCandidates, Ranked
 
 
@@ -88,7 +89,7 @@ class DefaultTakes(Preferring):
         return self._distance
 
     def predicted_time_ms(self, problem, candidate_ids, rows=None):
-        return {c: (self._default_us if c == "pytorch:default" else self._others_us) / 1e3 for c in candidate_ids}
+        return {c: (self._default_us if c == DEFAULT_ID else self._others_us) / 1e3 for c in candidate_ids}
 
 
 class FakeDevice:

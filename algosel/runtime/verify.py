@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import torch
 
+from algosel.candidates import DEFAULT_ID
 from algosel.problem import ConvProblem
 from algosel.runtime.autograd_thread import on_autograd_thread
 from algosel.runtime.candidates import CandidateSource, Ranked
@@ -114,7 +115,7 @@ class Verifier:
         """Whether the model predicts PyTorch's default too short for any candidate to save the least gain."""
         if not self.has_times():
             return False
-        return too_short_to_pay(self.policy, self.predicted(problem, ["pytorch:default"]).get("pytorch:default"))
+        return too_short_to_pay(self.policy, self.predicted(problem, [DEFAULT_ID]).get(DEFAULT_ID))
 
     # ------------------------------------------------------------------------------------ what to time
     def shortlist_to_time(self, problem: ConvProblem, gain_filter: bool = False, prune: bool = True,
@@ -126,11 +127,11 @@ class Verifier:
             return [], TOO_SHORT_TO_PAY
         use_live = (True if live is None else live) and self.candidates.live_available()
         ranked = self.candidates.ranked(problem, use_live, self.k + 1, self.policy.verify_live_modes)
-        ids = [c.candidate_id for c in ranked.choices if c.candidate_id != "pytorch:default"][: self.k]
+        ids = [c.candidate_id for c in ranked.choices if c.candidate_id != DEFAULT_ID][: self.k]
         if not ids:
             return [], "predicted best"
         if self.has_times() and (gain_filter or prune):
-            times = self.predicted(problem, [*ids, "pytorch:default"], ranked)
+            times = self.predicted(problem, [*ids, DEFAULT_ID], ranked)
             if gain_filter and not worth_a_closer_look(self.policy, times):
                 return [], PREDICTED_GAIN_TOO_SMALL
             if prune:
@@ -146,12 +147,12 @@ class Verifier:
             return []
         ranked = self.candidates.ranked(problem, self.candidates.live_available(), policy.verify_list_max + 1,
                                         policy.verify_whole_list_modes)  # fmt: skip
-        ids = [c.candidate_id for c in ranked.choices if c.candidate_id != "pytorch:default"
+        ids = [c.candidate_id for c in ranked.choices if c.candidate_id != DEFAULT_ID
                and policy.runtime_compiled_note not in c.notes.split(",")][: policy.verify_list_max]  # fmt: skip
         rest = [c for c in ids if c not in timed]
         if rest and self.has_times():
-            times = self.predicted(problem, [*rest, "pytorch:default"], ranked)
-            limit_ms = policy.max_predicted(self.far_from_records(problem)) * times.get("pytorch:default", math.inf)
+            times = self.predicted(problem, [*rest, DEFAULT_ID], ranked)
+            limit_ms = policy.max_predicted(self.far_from_records(problem)) * times.get(DEFAULT_ID, math.inf)
             rest = [c for c in rest if not finite(times.get(c)) or times[c] <= limit_ms]
         return rest[: max(policy.verify_list_max - len(timed), 0)]
 
@@ -163,12 +164,12 @@ class Verifier:
         if why:
             return Measured(why_not=why)
         times, host_us = self.time_candidates(problem, ids, device)
-        rest = self.rest_of_list_to_time(problem, ids, times.get("pytorch:default"))
+        rest = self.rest_of_list_to_time(problem, ids, times.get(DEFAULT_ID))
         if rest:  # a long call: the rest of the list, PyTorch's default first again as the reference
             deadline_s = time.perf_counter() + self.policy.verify_rest_budget_s
             more_times, more_host_us = self.time_candidates(problem, rest, device, deadline_s)
-            times.update({c: t for c, t in more_times.items() if c != "pytorch:default"})
-            host_us.update({c: h for c, h in more_host_us.items() if c != "pytorch:default"})
+            times.update({c: t for c, t in more_times.items() if c != DEFAULT_ID})
+            host_us.update({c: h for c, h in more_host_us.items() if c != DEFAULT_ID})
         self.measured_problems += 1
         self.planning_s += self.clock() - t0
         return Measured(times, host_us)
@@ -178,7 +179,7 @@ class Verifier:
         """Median device time (ms) and host time per call (us) of PyTorch's default and ``ids`` on ``problem``
         (candidates that failed, or not started by ``deadline_s``, are left out)."""
         pairs = []
-        for cid in ["pytorch:default", *ids]:
+        for cid in [DEFAULT_ID, *ids]:
             space_name, name = split_candidate_id(cid)
             space = get_space(space_name)
             pairs.append((space, space.candidate(name, problem.direction)))

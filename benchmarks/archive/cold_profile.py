@@ -21,6 +21,8 @@ from collections import defaultdict
 
 import zoo
 
+from algosel.candidates import DEFAULT_ID
+
 
 def measured_candidates() -> list[dict]:
     """Patch the sweeper so that each candidate it measures leaves a row here: direction, candidate, notes, build and
@@ -54,7 +56,7 @@ def print_candidates(rows: list[dict]) -> None:
               f"{r['wall_s']:7.3f} {ms:8.3f} {r['status']}")  # fmt: skip
     groups: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
     for r in rows:
-        kind = ("pytorch:default" if r["candidate"] == "pytorch:default"
+        kind = (DEFAULT_ID if r["candidate"] == DEFAULT_ID
                 else "runtime-compiled" if "runtime_compilation" in r["notes"] else "other")  # fmt: skip
         g = groups[f"{kind} {r['direction']}"]
         g[0] += 1

@@ -23,6 +23,7 @@ import argparse
 
 import pandas as pd
 
+from algosel.candidates import DEFAULT_ID
 from algosel.records.store import load_records
 
 
@@ -30,7 +31,7 @@ def host_extra(frame: pd.DataFrame) -> pd.DataFrame:
     """The timed rows with ``extra_us`` (host us over PyTorch's default on the same problem) and the default's
     time, for the problems where the default was timed."""
     ok = frame[frame["status"] == "ok"]
-    default = ok[ok["candidate_id"] == "pytorch:default"].drop_duplicates("problem_key").set_index("problem_key")
+    default = ok[ok["candidate_id"] == DEFAULT_ID].drop_duplicates("problem_key").set_index("problem_key")
     out = ok[ok["problem_key"].isin(default.index)].copy()
     out["default_ms"] = out["problem_key"].map(default["time_ms_median"])
     out["extra_us"] = out["host_overhead_us"] - out["problem_key"].map(default["host_overhead_us"])
@@ -47,7 +48,7 @@ def by_engine(rows: pd.DataFrame) -> pd.DataFrame:
 def switches(rows: pd.DataFrame, min_gain_us: float) -> pd.DataFrame:
     """Per problem, its fastest candidate where it saves >= ``min_gain_us`` of device time over the default."""
     best = rows.loc[rows.groupby("problem_key")["time_ms_median"].idxmin()]
-    best = best[best["candidate_id"] != "pytorch:default"].copy()
+    best = best[best["candidate_id"] != DEFAULT_ID].copy()
     best["gain_us"] = 1e3 * (best["default_ms"] - best["time_ms_median"])
     return best[best["gain_us"] >= min_gain_us]
 
@@ -67,14 +68,14 @@ def transfer(sel) -> dict:
     for p in held_out_problems(sel):
         own = {r["candidate_id"]: r for r in sel.catalogue.rows(p.key) or () if r["status"] == "ok"}
         nearest = train.nearest(p)
-        if "pytorch:default" not in own or nearest is None:
+        if DEFAULT_ID not in own or nearest is None:
             continue
         borrowed = train.host_us(nearest, list(own))
         for c, r in own.items():
-            if c == "pytorch:default" or c not in borrowed or "pytorch:default" not in borrowed:
+            if c == DEFAULT_ID or c not in borrowed or DEFAULT_ID not in borrowed:
                 continue
-            true = r["host_overhead_us"] - own["pytorch:default"]["host_overhead_us"]
-            near = borrowed[c] - borrowed["pytorch:default"]
+            true = r["host_overhead_us"] - own[DEFAULT_ID]["host_overhead_us"]
+            near = borrowed[c] - borrowed[DEFAULT_ID]
             engine = engine_median.get(f"{r['space']}:{r['engine_id']}", np.nan)
             if np.isnan(true) or np.isnan(near) or np.isnan(engine):
                 continue

@@ -20,6 +20,8 @@ import statistics
 
 import zoo
 
+from algosel.candidates import DEFAULT_ID
+
 
 def switches(net: str, dtype: str, sweeper) -> list[dict]:
     """The switched directions of one network's pass, each with its predicted and measured times."""
@@ -41,7 +43,7 @@ def switches(net: str, dtype: str, sweeper) -> list[dict]:
             continue
         decision = ex.decide(problem, torch.device("cuda"))
         pairs = []
-        for cid in ("pytorch:default", decision.candidate_id):
+        for cid in (DEFAULT_ID, decision.candidate_id):
             space_name, name = split_candidate_id(cid)
             space = get_space(space_name)
             pairs.append((space, space.candidate(name, problem.direction)))
@@ -51,7 +53,7 @@ def switches(net: str, dtype: str, sweeper) -> list[dict]:
         out.append({
             "net": net, "dtype": dtype, "problem": problem.key, "candidate_id": decision.candidate_id,
             "source": decision.source, "distance": ex.selector.records_distance(problem),
-            "predicted_ms": {c: pred.get(c) for c in ("pytorch:default", decision.candidate_id)},
+            "predicted_ms": {c: pred.get(c) for c in (DEFAULT_ID, decision.candidate_id)},
             "measured_ms": measured, "status": {c: r["status"] for c, r in rows.items()},
         })  # fmt: skip
     return out
@@ -59,7 +61,7 @@ def switches(net: str, dtype: str, sweeper) -> list[dict]:
 
 def ratio(times: dict, candidate_id: str) -> float:
     """default / candidate (nan where either is missing)."""
-    d, c = times.get("pytorch:default"), times.get(candidate_id)
+    d, c = times.get(DEFAULT_ID), times.get(candidate_id)
     return d / c if d and c and not math.isnan(c) else math.nan
 
 

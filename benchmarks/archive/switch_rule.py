@@ -45,6 +45,7 @@ import warnings
 import torch
 from standins import NearestListed, Unrecorded
 
+from algosel.candidates import DEFAULT_ID
 from algosel.records.analysis import geomean
 
 
@@ -93,11 +94,11 @@ def score(sel, problems, margin: float, min_gain_us: float, far_margin: float | 
     device = torch.device("cuda" if nearest_first else "cpu")
     ratios, switched, picked_total, default_total, slower1, slower5 = [], [], 0.0, 0.0, 0, 0
     for p in problems:
-        default_ms = scored.time_ms(p.key, "pytorch:default")
+        default_ms = scored.time_ms(p.key, DEFAULT_ID)
         if default_ms is None:
             continue
         d = ex._decide(p, device)
-        t = scored.time_ms(p.key, d.candidate_id) if d.candidate_id != "pytorch:default" else default_ms
+        t = scored.time_ms(p.key, d.candidate_id) if d.candidate_id != DEFAULT_ID else default_ms
         if t is None:
             continue
         r = t / default_ms
@@ -106,7 +107,7 @@ def score(sel, problems, margin: float, min_gain_us: float, far_margin: float | 
         default_total += default_ms
         slower1 += r > 1.01
         slower5 += r > 1.05
-        if d.candidate_id != "pytorch:default":
+        if d.candidate_id != DEFAULT_ID:
             switched.append(r)
     n = len(ratios)
     return {"margin": margin, "far_margin": ex_mod.MIN_PREDICTED_RATIO_FAR, "problems": n,
@@ -122,7 +123,7 @@ def savings_kept(sel, min_gain_us: float) -> dict:
     frame = sel.catalogue.frame
     ok = frame[frame["status"] == "ok"]
     best = ok.groupby("problem_key")["time_ms_median"].min()
-    default = ok[ok["candidate_id"] == "pytorch:default"].set_index("problem_key")["time_ms_median"]
+    default = ok[ok["candidate_id"] == DEFAULT_ID].set_index("problem_key")["time_ms_median"]
     gain_us = (1e3 * (default - best.reindex(default.index))).dropna().clip(lower=0.0)
     kept = (gain_us >= min_gain_us) & (gain_us > 0)  # where PyTorch's default is the best, nothing switches
     return {"problems": len(gain_us), "savings_kept": float(gain_us[kept].sum() / gain_us.sum()),

@@ -28,6 +28,7 @@ import lightgbm as lgb
 import numpy as np
 import pandas as pd
 
+from algosel.candidates import DEFAULT_ID
 from algosel.learn.evaluate import Prepared, is_test_shape
 from algosel.learn.features import CATEGORICAL_FEATURES, FEATURE_NAMES
 from algosel.learn.time_model import TimeModel, TimeModelParams, log_error_stats, timed_mask
@@ -37,7 +38,7 @@ from algosel.records.store import load_records, main_environment
 def at_default(data: pd.DataFrame, values: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
     """Per row, ``values`` at the row of PyTorch's default of the row's problem (NaN where that row is missing or
     not ``valid``)."""
-    default = data["candidate_id"].eq("pytorch:default").to_numpy()
+    default = data["candidate_id"].eq(DEFAULT_ID).to_numpy()
     if valid is not None:
         default = default & valid
     per_problem = pd.Series(np.asarray(values)[default], index=data["problem_key"].to_numpy()[default])
@@ -52,7 +53,7 @@ def measured_log2(data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def ratio_rows(data: pd.DataFrame, default_log2: np.ndarray) -> np.ndarray:
     """The rows a ratio is defined for: timed candidates other than the default, of problems whose default is timed."""
-    return timed_mask(data) & ~data["candidate_id"].eq("pytorch:default").to_numpy() & np.isfinite(default_log2)
+    return timed_mask(data) & ~data["candidate_id"].eq(DEFAULT_ID).to_numpy() & np.isfinite(default_log2)
 
 
 def switch_view(predicted_ratio: np.ndarray, measured_ratio: np.ndarray, margin: float = 1.5) -> dict:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from standins import Unrecorded
 
+from algosel.candidates import DEFAULT_ID
 from algosel.problem import SHAPE_FIELDS, ConvProblem
 
 
@@ -53,7 +54,7 @@ def swept_problems(paths: list[str]) -> dict[ConvProblem, list[dict]]:
         raise SystemExit(f"verify_far: {exc}") from None
     out = {}
     for key, sub in ok_rows(frame).groupby("problem_key"):
-        if "pytorch:default" in set(sub.candidate_id):
+        if DEFAULT_ID in set(sub.candidate_id):
             out[ConvProblem.from_key(key)] = sub.to_dict("records")
     return out
 
@@ -128,7 +129,7 @@ def timing_cost_ms(times: dict[str, float], ids: list[str]) -> float:
     from algosel.runtime.executor import VERIFY_TIMER
 
     cost_ms, best_ms = 0.0, None
-    for cid in ["pytorch:default", *ids]:
+    for cid in [DEFAULT_ID, *ids]:
         t = times.get(cid)
         if t is None:
             continue
@@ -142,7 +143,7 @@ def found_ms(times: dict[str, float], ids: list[str], min_gain_us: float) -> flo
     else the default (also where ``ids`` is empty: nothing timed)."""
     from algosel.runtime.executor import MIN_MEASURED_RATIO
 
-    default_ms = times["pytorch:default"]
+    default_ms = times[DEFAULT_ID]
     timed = [times[c] for c in ids if c in times]
     best = min(timed, default=default_ms)
     pays = 1e3 * (default_ms - best) >= min_gain_us and default_ms >= MIN_MEASURED_RATIO * best
@@ -172,10 +173,10 @@ def score(sel, lists, weights: dict[ConvProblem, int] | None = None) -> list[str
                 times = {r["candidate_id"]: float(r["time_ms_median"]) for r in rows}
                 ids, _ = ex.shortlist_to_time(p, **kw(p))
                 # as Executor._measure: the rest of the list after a long default (timed with the default again)
-                rest = ex.verifier.rest_of_list_to_time(p, ids, times["pytorch:default"]) if ids else []
+                rest = ex.verifier.rest_of_list_to_time(p, ids, times[DEFAULT_ID]) if ids else []
                 timed += bool(ids)
                 built += len(ids) + len(rest)
-                total["default"] += w * times["pytorch:default"]
+                total["default"] += w * times[DEFAULT_ID]
                 total["best"] += w * min(times.values())
                 total["found"] += w * found_ms(times, ids + rest, ex.min_gain_us)
                 # once a problem, whatever its calls per step

@@ -34,6 +34,8 @@ import torch
 from standins import Unrecorded
 from switch_rule import held_out_problems, training_catalogue
 
+from algosel.candidates import DEFAULT_ID
+
 
 def _shortlists(sel, problems, verify: int, min_gain_us: float, gain_filter: bool):
     """Per problem that verify mode would time (``gain_filter``: with its predicted-gain filter): the problem, its
@@ -44,11 +46,11 @@ def _shortlists(sel, problems, verify: int, min_gain_us: float, gain_filter: boo
     ex = ex_mod.Executor(selector=Unrecorded(sel, training_catalogue(sel)), cache=False, native=False,
                          min_gain_us=min_gain_us, live=False, verify=verify)  # fmt: skip
     for p in problems:
-        default_ms = sel.catalogue.time_ms(p.key, "pytorch:default")
+        default_ms = sel.catalogue.time_ms(p.key, DEFAULT_ID)
         ids, _ = ex.shortlist_to_time(p, gain_filter=gain_filter, prune=False)
         if default_ms is None or not ids:
             continue
-        predicted = sel.predicted_time_ms(p, [*ids, "pytorch:default"])
+        predicted = sel.predicted_time_ms(p, [*ids, DEFAULT_ID])
         yield p, ids, default_ms, predicted, {c: sel.catalogue.time_ms(p.key, c) for c in ids}
 
 
@@ -60,8 +62,8 @@ def shortlist_rows(sel, problems, verify: int, min_gain_us: float) -> list[dict]
     for p, ids, default_ms, predicted, recorded in _shortlists(sel, problems, verify, min_gain_us, False):
         best = min((t for t in recorded.values() if t is not None), default=math.inf)
         found_us = 1e3 * (default_ms - best) if best < default_ms / ex_mod.MIN_MEASURED_RATIO else 0.0
-        rows.append({"problem": p.key, "predicted_default_ms": predicted["pytorch:default"],
-                     "predicted_gain_us": 1e3 * (predicted["pytorch:default"] - min(predicted[c] for c in ids)),
+        rows.append({"problem": p.key, "predicted_default_ms": predicted[DEFAULT_ID],
+                     "predicted_gain_us": 1e3 * (predicted[DEFAULT_ID] - min(predicted[c] for c in ids)),
                      "found_gain_us": found_us if found_us >= min_gain_us else 0.0})  # fmt: skip
     return rows
 
