@@ -103,7 +103,7 @@ def test_a_damaged_model_is_named_once_and_the_step_runs(shipped, tmp_path):
     (damaged / "model.txt").write_bytes(text[: len(text) // 2])
     model, x = _net(), torch.randn(2, 3, 8, 8)
     with pytest.warns(HookUnavailableWarning, match=r"model\.txt: \d+ bytes, the manifest records"):
-        _trains_as_pytorch(hook.enabled(selector=damaged), model, x)
+        _trains_as_pytorch(hook.enabled(selector=damaged, background_load=False), model, x)
     import warnings
 
     with warnings.catch_warnings():
