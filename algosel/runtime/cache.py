@@ -1,7 +1,6 @@
 """The runtime's persistent cache: decisions (and built cuDNN plans) per problem, reused across processes and runs.
 
-PyTorch's benchmark mode re-tunes every new shape in every process; with this cache a second process, a later run
-and the other ranks of a job pay nothing again. One folder per environment (GPU, cuDNN, torch, the cuDNN
+A second process, a later run and the other ranks of a job pay nothing again. One folder per environment (GPU, cuDNN, torch, the cuDNN
 frontend, the model's data fingerprint, algosel's version) under ``<cache_root>/runtime/``, holding
 
 - ``decisions.jsonl``: a header line, then one JSON line per decision (problem key, chosen candidate, where the
