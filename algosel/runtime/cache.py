@@ -1,7 +1,7 @@
 """The runtime's persistent cache: decisions (and built cuDNN plans) per problem, reused across processes and runs.
 
-A second process, a later run and the other ranks of a job pay nothing again. One folder per environment (GPU, cuDNN, torch, the cuDNN
-frontend, the model's data fingerprint, algosel's version) under ``<cache_root>/runtime/``, holding
+A second process, a later run and the other ranks of a job pay nothing again. One folder per environment (GPU,
+cuDNN, torch, the cuDNN frontend, the model's data fingerprint, algosel's version) under ``<cache_root>/runtime/``:
 
 - ``decisions.jsonl``: a header line, then one JSON line per decision (problem key, chosen candidate, where the
   choice came from, measured or predicted times). Lines are appended under an exclusive ``fcntl`` lock, so several

@@ -11,7 +11,6 @@ patches a module.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -20,17 +19,17 @@ from typing import Any
 import torch
 
 from algosel.problem import ConvProblem
-from algosel.runtime.arguments import checked_arguments
 from algosel.runtime.blocks import Blocks
 from algosel.runtime.cache import Decision, RuntimeCache, runtime_environment
 from algosel.runtime.candidates import CandidateSource
+from algosel.runtime.config import HookConfig
 from algosel.runtime.decisions import EXEMPT, LOOK, Decider
 from algosel.runtime.device import CudaDevice, DeviceProbe
 from algosel.runtime.fallbacks import NO_MODEL
 from algosel.runtime.loading import LOADING, ModelLoading
 from algosel.runtime.parts import ModelParts
 from algosel.runtime.plans import Plan, PlanBook, compiled_plans
-from algosel.runtime.policy import LOOKING, SwitchPolicy
+from algosel.runtime.policy import LOOKING
 from algosel.runtime.probation import Looks, Probation
 from algosel.runtime.routes import Dispatch, Route, RouteBook, compiled_route, one_matrix_product
 from algosel.runtime.state import STATE, tables_changed
@@ -47,85 +46,38 @@ class Executor:
 
     Parameters
     ----------
-    selector : RuntimeSelector or path, optional
-        A selector, or a model directory; default: the shipped model for this GPU
-        (:func:`algosel.learn.models.load_default`).
-    verify : int
-        On a problem the records lack, time the model's top ``verify`` candidates and PyTorch's default once and
-        keep the fastest (0: decide from the records and predicted times only).
-    live : bool, optional
-        Rank cuDNN's live candidate list for problems the records lack (default: when a GPU and the frontend are
-        present). Ignored where ``candidates`` is given.
-    min_gain_us, probe_calls : optional
-        Shorthands for the policy's fields of those names.
-    max_workspace_bytes : int, optional
-    cache : bool, path or RuntimeCache
-        Keep decisions and plans in the persistent cache: ``True`` under :func:`algosel.runtime.native.cache_root`
-        (``$ALGOSEL_CACHE_DIR`` or ``~/.cache/algosel``), or under the folder given, or in the cache object given.
-    native : bool, optional
-        Use the compiled path where it is built (default); ``False``: the Python path only.
-    record : path, optional
-        Keep the convolutions met whose problems the model's records lack, with call counts, in this layers file
-        (:mod:`algosel.runtime.unseen`; default: ``$ALGOSEL_RECORD_UNSEEN``, if set), for ``algosel sweep --layers``.
-    record_measured : path or MeasuredRecords, optional
-        Keep what verify mode measures as records in this dataset folder, for ``algosel train``
-        (:mod:`algosel.runtime.measured`).
-    step_aside : bool
-        Leave ``F.conv2d`` as PyTorch's own in blocks once nothing is switched (:mod:`algosel.runtime.blocks`).
-    look_first : bool
-        Verify mode: look at the device for ``probe_calls`` calls of a new signature before timing its shortlist,
-        and time it (at the next call) only where the looks found the device busy.
-    policy : SwitchPolicy, optional
-        Every threshold of the rules (default :data:`~algosel.runtime.policy.DEFAULT_POLICY`).
-    candidates : CandidateSource, optional
-        Where ranked candidate lists come from (default: the selector's, :class:`ModelCandidates`).
-    measurer : Measurer, optional
-        What times candidates in verify mode (default: the sweeper with ``policy.timer``).
-    device_probe : DeviceProbe, optional
-        Looks at the device, says whether it can time, gives step trials their clock (default: CUDA's).
-    clock : callable
-        Seconds, for the settling of looks after planning and for the time spent planning.
-    rule : bool
-        Decide the problems the records lack by the rule (:mod:`algosel.runtime.rule`): pass through, switch untimed
-        or time the model's top candidates, whichever is expected to save the most (``verify=k`` times instead).
-    calibration : Calibration, optional
-        The time model's held-out errors the rule weighs predictions by (default: the model directory's
-        ``calibration.json``; without one the rule passes unrecorded problems through).
-    rule_times : bool
-        Whether the rule may time candidates (``hook.enabled(verify=False)``: never).
-    tuning_budget_s : float, optional
-        Most seconds the rule spends timing in the process (None: no limit); past it, it decides untimed.
-    background_load : bool
-        Load the model (a directory, or the shipped one) on a thread of its own while the first calls pass through
-        (:mod:`algosel.runtime.loading`; the hook's ``enabled()`` and ``enable()`` do).
+    config : HookConfig, optional
+        What it does (:class:`~algosel.runtime.config.HookConfig`: the selector or model directory, ``verify``, the
+        rule, the policy, the cache...); or give those options as keywords, which make one.
+    candidates, measurer, device_probe, clock, calibration : optional
+        What stands in for the machine (the tests' and benchmarks' seams): where ranked lists come from (default:
+        the selector's, :class:`ModelCandidates`), what times candidates (the sweeper with ``policy.timer``), the
+        device probe (CUDA's), the clock of looks and planning, and the rule's calibration (the model directory's
+        ``calibration.json``).
     """
 
-    def __init__(self, selector: Any = None, verify: int = 0, live: bool | None = None,
-                 min_gain_us: float | None = None, max_workspace_bytes: int | None = None,
-                 cache: bool | str | os.PathLike | RuntimeCache = True, native: bool | None = None,
-                 record: str | os.PathLike | None = None, probe_calls: int | None = None, step_aside: bool = True,
-                 look_first: bool = True, policy: SwitchPolicy | None = None, record_measured: Any = None,
-                 candidates: CandidateSource | None = None, measurer: Measurer | None = None,
-                 device_probe: DeviceProbe | None = None, clock: Callable[[], float] = time.perf_counter,
-                 rule: bool = False, calibration: Any = None, rule_times: bool = True,
-                 tuning_budget_s: float | None = None, background_load: bool = False):  # fmt: skip
-        # the arguments first, the model after: a mistake is said before any long work
-        policy, verify, max_workspace_bytes = checked_arguments(
-            record, record_measured, policy, probe_calls, min_gain_us, verify, tuning_budget_s, max_workspace_bytes
-        )
-        self.policy = policy
+    def __init__(self, config: HookConfig | None = None, *, candidates: CandidateSource | None = None,
+                 measurer: Measurer | None = None, device_probe: DeviceProbe | None = None,
+                 clock: Callable[[], float] = time.perf_counter, calibration: Any = None, **options: Any):  # fmt: skip
+        # one configuration value (options given as keywords make it), checked before any long work
+        if config is not None and not isinstance(config, HookConfig):
+            raise ValueError(f"config must be a HookConfig, got {config!r}")
+        if config is not None and options:
+            raise ValueError(f"give a HookConfig or its options, not both (got {', '.join(sorted(options))})")
+        self.config = config = config or HookConfig.of(options)
+        self.policy = policy = config.effective_policy()
         #: The model, loaded at once or (``background_load``) beside the first steps (:mod:`algosel.runtime.loading`).
-        self.model = ModelLoading(selector, rule and calibration is None, background_load)
-        self._verify_k = verify
-        self._given = {"candidates": candidates, "live": live, "measurer": measurer, "record_measured": record_measured,
-                       "calibration": calibration, "rule": rule, "rule_times": rule_times,
-                       "tuning_budget_s": tuning_budget_s}  # fmt: skip
+        self.model = ModelLoading(config.selector, config.rule and calibration is None, config.background_load)
+        self._verify_k = config.verify
+        self._given = {"candidates": candidates, "live": config.live, "measurer": measurer,
+                       "record_measured": config.record_measured, "calibration": calibration, "rule": config.rule,
+                       "rule_times": config.rule_times, "tuning_budget_s": config.tuning_budget_s}  # fmt: skip
         self._parts: ModelParts | None = None
-        self.max_workspace_bytes = max_workspace_bytes
-        self.look_first = bool(look_first)
+        self.max_workspace_bytes = config.max_workspace_bytes
+        self.look_first = bool(config.look_first)
         self.device_probe = device_probe or CudaDevice()
         self.clock = clock
-        self._cache_wanted, self._native_wanted = cache, native
+        self._cache_wanted, self._native_wanted = config.cache, config.native
         self._cache: Any = None
         self._native: Any = None
         self._checked: set[str] = set()
@@ -133,7 +85,7 @@ class Executor:
         self._first_device: torch.device | None = None  # of the first call planned: step trials read its stream
         from algosel.runtime.unseen import recorder_for, recorder_from_env  # noqa: PLC0415
 
-        self.recorder = recorder_for(record) if record else recorder_from_env()
+        self.recorder = recorder_for(config.record) if config.record else recorder_from_env()
         self.call_stats = CallStats()
         self.plans = PlanBook(self.call_stats, self.runtime_cache, self.native_module, self._lock)
         self.routes = RouteBook()
@@ -141,7 +93,7 @@ class Executor:
         self.probation = Probation(policy, self.device_probe, clock, self.call_stats, self.routes,
                                    self.busy_fractions)  # fmt: skip
         self.blocks = Blocks(policy, self.routes, self.probation, self.device_probe, lambda: self._first_device,
-                             self.recorder is not None, step_aside, self._renew_table)  # fmt: skip
+                             self.recorder is not None, config.step_aside, self._renew_table)  # fmt: skip
         STATE.executors.add(self)
 
     # ----------------------------------------------------------------------------------------- the model
