@@ -18,12 +18,15 @@ SLICE = REPO / "data" / "samples" / "h200-slice"
 #: order; these come first, so that a long file never starts last while the other process has nothing left to do.
 #: The other files follow as xdist orders them itself (most tests first), whose own reordering is turned off.
 LONG_FILES = (
+    "test_bad_inputs_third.py",
     "test_zoo_driver.py",
+    "test_bad_inputs_cli.py",
     "test_tutorial.py",
     "test_reliability.py",
     "test_reliability_sweep.py",
     "test_report.py",
     "test_shared_decisions.py",
+    "test_bad_inputs_models.py",
     "test_layers.py",
     "test_ranker.py",
     "test_selector_benchmarks.py",
