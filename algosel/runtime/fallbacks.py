@@ -86,20 +86,16 @@ def load_selector(selector: Any) -> tuple[Any, str]:
 
 
 def model_calibration(selector: Any) -> Any:
-    """The calibration (:mod:`algosel.learn.calibration`) of the model ``selector`` names (a directory, or None for
-    the default model); None for a selector object without a directory, or a model without one (warned once)."""
+    """The calibration (:mod:`algosel.learn.calibration`) of the loaded ``selector``, read from the directory it was
+    loaded from and checked against the manifest it was loaded with; None for a selector made in memory, or a model
+    without one (warned once)."""
     from algosel.learn.calibration import load_calibration  # noqa: PLC0415
-    from algosel.learn.models import default_model_dir  # noqa: PLC0415
 
-    if selector is not None and not isinstance(selector, (str, os.PathLike)):
-        selector = getattr(selector, "directory", None)  # a loaded Selector: its directory's
-        if selector is None:
-            return None
-    directory = default_model_dir() if selector is None else selector
+    directory = getattr(selector, "directory", None)
+    if directory is None:
+        return None
     try:
-        from algosel.learn.artifact import read_manifest  # noqa: PLC0415
-
-        calibration = load_calibration(directory, read_manifest(directory))
+        calibration = load_calibration(directory, selector.manifest)
     except (ValueError, OSError) as exc:
         warn_once(f"the model's calibration cannot be read ({exc}); the rule passes unrecorded problems")
         return None

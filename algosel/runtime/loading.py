@@ -54,7 +54,7 @@ class ModelLoading:
         try:
             self.selector, self.unavailable = load_selector(self._arg)
             if self._want_calibration and not self.unavailable:
-                self.calibration = model_calibration(self._arg if self._arg is not None else None)
+                self.calibration = model_calibration(self.selector)  # its directory and manifest, as loaded
         except Exception as exc:  # noqa: BLE001 - a loading thread's error must reach the user as one warning
             if raising:
                 raise
