@@ -21,15 +21,7 @@
 # records' measured_at), and a line fitted through them on log2 FLOPs gives 1,319 s for these cases.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-: "${OUT:?set OUT to the output directory}"
-mkdir -p "$OUT"
-py=${PYTHON:-python3}
-if [ -d .whl ] && [ "${DRY_RUN:-0}" != 1 ]; then  # a dry run lists cases: no GPU, no wheels
-    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/algosel-site \
-        .whl/*.whl || exit 1
-    export PYTHONPATH="/tmp/algosel-site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+source benchmarks/gpu_env.sh  # $OUT, $py, the wheels, PYTHONPATH
 NAME=h200-targeted
 if [ "${DRY_RUN:-0}" != 1 ]; then
     NAME=$("$py" -c 'from algosel.records.environment import collect_environment as c, gpu_slug as s
