@@ -107,19 +107,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     settings = launch.SweeperSettings(
         tuple(csv_list(args.spaces)), args.budget_ms, args.workspace_limit_bytes, args.seed
     )
-    report = run_sweep(
-        cases,
-        launch.local_sweeper(settings),
-        args.out,
-        shard=shard,
-        resume_from=args.resume_from,
-        time_budget_s=args.time_budget_s,
-        progress=not args.no_progress,
-        retry_crashed=args.retry_crashed,
-    )
+    report = run_sweep(cases, launch.local_sweeper(settings), args.out, **_run_options(args, shard))
     print(_report_line(report, args.shard))
     # A signal's conventional exit status (130 for SIGINT, 143 for SIGTERM), so that schedulers see the stop.
     return 128 + report.interrupted if report.interrupted else 0
+
+
+def _run_options(args: argparse.Namespace, shard: tuple[int, int]) -> dict:
+    """What a sweep of this process and one on a Ray cluster both take from the command line."""
+    return {"shard": shard, "resume_from": args.resume_from, "time_budget_s": args.time_budget_s,
+            "progress": not args.no_progress, "retry_crashed": args.retry_crashed}  # fmt: skip
 
 
 def _sweep_on_ray(args: argparse.Namespace, cases: list, shard: tuple[int, int]) -> int:
@@ -133,17 +130,7 @@ def _sweep_on_ray(args: argparse.Namespace, cases: list, shard: tuple[int, int])
     spaces = check_choices("--spaces", csv_list(args.spaces), space_names())
     connect(args.ray)
     spec = GpuSweeperSpec(tuple(spaces), args.budget_ms, args.workspace_limit_bytes, args.seed)
-    report = run_ray_sweep(
-        cases,
-        spec,
-        args.out,
-        shard=shard,
-        resume_from=args.resume_from,
-        time_budget_s=args.time_budget_s,
-        progress=not args.no_progress,
-        retry_crashed=args.retry_crashed,
-        chunk_cases=args.chunk_cases,
-    )
+    report = run_ray_sweep(cases, spec, args.out, chunk_cases=args.chunk_cases, **_run_options(args, shard))
     print("ray, " + _report_line(report, args.shard, f" {workers_line(report)}"))
     return 128 + report.interrupted if report.interrupted else 0
 
