@@ -137,7 +137,7 @@ RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
     ("cache", "rule"),
     ("policy",),
     ("stats", "device", "state", "trial", "autograd_thread", "native", "unseen", "fallbacks", "claims", "measured"),
-    ("loading", "config"),
+    ("loading", "config", "aside"),
     ("routes", "plans", "candidates"),
     ("probation", "verify", "recurrence"),
     ("decisions", "blocks"),

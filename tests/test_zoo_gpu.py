@@ -34,7 +34,7 @@ def test_the_networks_are_the_issue_s_and_the_detector_meets_30_sizes_no_records
 
     assert set(zoo.NETS) == {"efficientnet_b0", "mobilenet_v3_large", "convnext_tiny", "resnet50", "densenet121",
                              "regnet_y_1_6gf", "deeplabv3_resnet50", "unet", "srnet", "detector_ms30",
-                             "regnet_x_3_2gf_ms9"}  # fmt: skip
+                             "regnet_x_3_2gf_ms9", "mobilenet_v2", "regnet_x_800mf", "wide_resnet50_2"}  # fmt: skip
     assert zoo.NETS["regnet_x_3_2gf_ms9"][2] == "multiscale_cls" and len(set(zoo_gpu.CLS_SIZES)) == 9
     assert zoo.NETS["deeplabv3_resnet50"][1] == 512
     assert len(set(zoo_gpu.MS_SIZES)) == 30
@@ -55,8 +55,11 @@ def test_a_multiscale_arm_times_every_pass_of_its_run(gpu_zoo):
     assert row["job"] == "run_default" and row["inputs"] == 3 and len(row["passes_s"]) == 2
     assert row["run_s"] >= sum(row["passes_s"]) - 1e-3 and row["steady_pass_s"] == pytest.approx(row["passes_s"][1],
                                                                                                   abs=1e-4)  # fmt: skip
+    assert len(row["host_passes_s"]) == 2 and len(row["pass_stats"]) == 2
     verify = zoo_gpu.job_run("verify", "srnet", "float32", "cpu", epochs=1)
     assert verify["measured_problems"] == 0 and verify["steady_pass_s"] is None  # a CPU times nothing
+    rule = zoo_gpu.job_run("rule", "srnet", "float32", "cpu", epochs=1)
+    assert rule["measured_problems"] == 0 and rule["model_load_s"] > 0 and rule["pass_stats"][0]
 
 
 def test_the_tables_give_the_busy_fraction_the_ratios_and_the_card(gpu_zoo):

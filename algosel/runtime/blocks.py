@@ -64,9 +64,10 @@ class Blocks:
             self._judged(verdict)
         return self.stands_aside()
 
-    def done(self, routes_before: int) -> None:
-        """A block ended; ``routes_before``: the executor's routes when it began."""
-        changed = len(self.routes) != routes_before
+    def done(self, routes_before: int, unsettled: bool = False) -> None:
+        """A block ended; ``routes_before``: the executor's routes when it began; ``unsettled``: some of its calls
+        passed through unrouted (the model loading, their problems being decided), as new signatures do."""
+        changed = len(self.routes) != routes_before or unsettled
         self.quiet_blocks = 0 if changed else self.quiet_blocks + 1
         if not self._open:  # a block inside the process's switch (enable()): not one of its own
             return

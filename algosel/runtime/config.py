@@ -28,6 +28,7 @@ class HookConfig:
     rule_times: bool = True
     tuning_budget_s: float | None = None
     background_load: bool = False
+    decide_aside: bool = False
     live: bool | None = None
     min_gain_us: float | None = None
     max_workspace_bytes: int | None = None

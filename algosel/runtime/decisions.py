@@ -19,6 +19,7 @@ one of them times it, the others wait for its decision and run the same.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,9 @@ from algosel.runtime.verify import Verifier
 
 #: :meth:`Decider.before_timing`'s verdicts on a direction: look at the device first, or switch at once.
 LOOK, EXEMPT = "look", "exempt"
+#: A decision made beside the step (:meth:`Decider.prepare`) where the rule would time candidates: the step's thread
+#: decides it again, timing them (:meth:`Decider.take`).
+TIME_ON_STEP = "to be timed on the step's thread"
 
 
 class Decider:
@@ -74,17 +78,49 @@ class Decider:
         self.rule, self.rule_times, self.calibration = bool(rule), bool(rule_times), calibration
         self.tuning_budget_s = tuning_budget_s
         self.recurrence = Recurrence(policy.expected_run_steps)
+        #: One problem is decided at a time: by the step's thread, or beside it (:mod:`algosel.runtime.aside`).
+        self._deciding = threading.RLock()
+        self._beside = threading.local()  # .on: deciding beside the step (no timing)
 
     @property
     def verify(self) -> int:
         return self.verifier.k
 
     def take(self, problem: ConvProblem, device: torch.device) -> Decision:
-        """``problem``'s decision: the one :meth:`before_timing` made, else :meth:`decide`'s."""
-        return self._known.pop(problem, None) or self.decide(problem, device)
+        """``problem``'s decision: the one :meth:`before_timing` or :meth:`prepare` made, else :meth:`decide`'s (also
+        where the one prepared beside the step leaves timing to this thread)."""
+        with self._deciding:
+            known = self._known.pop(problem, None)
+            if known is None or known.reason == TIME_ON_STEP:
+                return self.decide(problem, device)
+            return known
+
+    def prepare(self, problem: ConvProblem, device: torch.device) -> None:
+        """Decide ``problem`` beside the step (:mod:`algosel.runtime.aside`): everything but timing, kept for
+        :meth:`take`; where the rule would time candidates, the decision kept says so (:data:`TIME_ON_STEP`)."""
+        with self._deciding:
+            if problem in self._known:
+                return
+            self._beside.on = True
+            try:
+                self._known[problem] = self.decide(problem, device)
+            finally:
+                self._beside.on = False
+
+    def prepared(self, problem: ConvProblem) -> bool:
+        """Whether a decision is kept for ``problem`` (:meth:`prepare`, :meth:`before_timing`)."""
+        return problem in self._known
+
+    def kept(self, problem: ConvProblem) -> Decision | None:
+        """The decision kept for ``problem`` until :meth:`take` (None: none)."""
+        return self._known.get(problem)
 
     def decide(self, problem: ConvProblem, device: torch.device) -> Decision:
         """What ``problem`` runs; from the persistent cache where it has a decision made the same way."""
+        with self._deciding:
+            return self._decide(problem, device)
+
+    def _decide(self, problem: ConvProblem, device: torch.device) -> Decision:
         if problem.dtype not in self.dtypes:
             return Decision(problem.key, DEFAULT_ID, "model", "dtype not covered")
         cache = self.cache_for(device)
@@ -190,6 +226,8 @@ class Decider:
             return Decision(problem.key, DEFAULT_ID, "model", action.reason, times)
         if action.kind == SWITCH:
             return Decision(problem.key, action.candidates[0], "predicted", action.reason, times)
+        if getattr(self._beside, "on", False):  # timing needs the step's stream: its thread times them
+            return Decision(problem.key, DEFAULT_ID, "model", TIME_ON_STEP, times)
         t0 = self.verifier.clock()
         timed = list(action.candidates)
         if verdict is None and device.type == "cuda" and self.candidates.live_available():

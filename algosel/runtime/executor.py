@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from algosel.problem import ConvProblem
+from algosel.runtime.aside import DECIDING, DecidingAside
 from algosel.runtime.blocks import Blocks
 from algosel.runtime.cache import Decision, RuntimeCache, runtime_environment
 from algosel.runtime.candidates import CandidateSource
@@ -73,6 +74,12 @@ class Executor:
                        "record_measured": config.record_measured, "calibration": calibration, "rule": config.rule,
                        "rule_times": config.rule_times, "tuning_budget_s": config.tuning_budget_s}  # fmt: skip
         self._parts: ModelParts | None = None
+        #: Where new problems are decided beside the step (``decide_aside``; :mod:`algosel.runtime.aside`), else None.
+        self.aside: DecidingAside | None = None
+        #: Calls that passed through unmemoised (the model loading, their problems being decided), and their count
+        #: when the current block began: a block with such calls is not quiet (it does not step aside).
+        self.unsettled_calls = 0
+        self._unsettled_at_begin = 0
         self.max_workspace_bytes = config.max_workspace_bytes
         self.look_first = bool(config.look_first)
         self.device_probe = device_probe or CudaDevice()
@@ -104,6 +111,9 @@ class Executor:
             with self._lock:
                 if self._parts is None:
                     self._parts = ModelParts.make(self, model)
+                    if self.config.decide_aside and self.config.rule and not self.config.verify:
+                        decider = self._parts.decider
+                        self.aside = DecidingAside(decider.prepare, decider.prepared)
         return self._parts
 
     @property
@@ -216,6 +226,7 @@ class Executor:
                 return hit
             if not self.model.ready():
                 self.call_stats.count(LOADING)
+                self.unsettled_calls += 1
                 return Route("native", problem, (LOADING,))
             return self._make_route(key, problem, device, grads)
 
@@ -233,6 +244,12 @@ class Executor:
         if self.device_probe.capturing(device) and any(p not in self.plans for p in directions):
             # Nothing is decided inside a CUDA graph capture (deciding may measure, which synchronizes).
             return Route("native", None, ("pytorch:capturing",))
+        aside = self.aside
+        if aside is not None and not aside.ready([p for p in directions if p not in self.plans], device):
+            # PyTorch's own convolution while the worker decides the call's problems (not memoised: asked again)
+            self.call_stats.count(DECIDING)
+            self.unsettled_calls += 1
+            return Route("native", problem, (DECIDING,))
         looking = self.look_first and self.verify and self.probe_calls and key not in self.routes.looked
         verdicts = {self.decider.before_timing(p, device, p in self.plans) for p in directions} if looking else set()
         if LOOK in verdicts and EXEMPT not in verdicts:
@@ -277,10 +294,13 @@ class Executor:
     def begin_block(self) -> bool:
         """A block begins (an outermost ``enabled()`` block, or a step under ``enable()``): True where it leaves
         ``F.conv2d`` as PyTorch's own (:meth:`Blocks.begin`)."""
+        self._unsettled_at_begin = self.unsettled_calls
         return self.blocks.begin()
 
     def block_done(self, routes_before: int) -> None:
-        self.blocks.done(routes_before)
+        # a block whose calls passed through while the model loaded or their problems were decided met signatures
+        # still to route: not a quiet block (stepping aside then would leave the decisions unused for many blocks)
+        self.blocks.done(routes_before, unsettled=self.unsettled_calls != self._unsettled_at_begin)
         if self._parts is not None:  # (before the model is ready nothing is decided)
             self._parts.decider.recurrence.steps = self.blocks.blocks_ended
 
@@ -300,8 +320,12 @@ class Executor:
 
     def deciding(self) -> int:
         """Call signatures still looking at the device or on probation, plus one while a step trial is under way or
-        due (the blocks until the executor's routes are settled)."""
-        return self.blocks.deciding()
+        due, plus one while the model loads and one per problem still being decided beside the step (the blocks
+        until the executor's routes are settled)."""
+        waiting = 0 if self.model.ready() else 1
+        if self.aside is not None:
+            waiting += self.aside.pending()
+        return self.blocks.deciding() + waiting
 
     @property
     def looks(self) -> Looks:

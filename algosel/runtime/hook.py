@@ -79,16 +79,18 @@ def _executor_for(executor: Executor | None, config: dict[str, Any]) -> Executor
 def mode_config(config: dict[str, Any]) -> dict[str, Any]:
     """The hook's one default mode: without ``verify``, the rule decides (:mod:`algosel.runtime.rule`: pass through,
     switch untimed, or time the model's top candidates, whichever is expected to save the most); ``verify=False``
-    (or 0): the rule without timing; ``verify=k``: time the model's top ``k`` on every new problem the records lack."""
+    (or 0): the rule without timing; ``verify=k``: time the model's top ``k`` on every new problem the records lack.
+    Under the rule, new problems are decided beside the step (``decide_aside``, :mod:`algosel.runtime.aside`)."""
     if "background_load" not in config:  # the model loads beside the first steps (runtime.loading)
         config = {**config, "background_load": True}
     if "rule" in config:
         return config
     verify = config.get("verify")
+    aside = {"decide_aside": config.get("decide_aside", True)}  # new problems decided beside the step (runtime.aside)
     if verify is None:
-        return {**config, "rule": True}
+        return {**config, "rule": True, **aside}
     if verify is False or (isinstance(verify, int) and not isinstance(verify, bool) and verify == 0):
-        return {**config, "verify": 0, "rule": True, "rule_times": False}
+        return {**config, "verify": 0, "rule": True, "rule_times": False, **aside}
     return config
 
 
