@@ -35,6 +35,7 @@ import dataclasses
 import json
 import math
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -151,8 +152,12 @@ def timing_ms(truth: Truth, key: str, ids: list[str], costs) -> float:
 
 
 def run_arm(arm: str, steps: list[list], truth: Truth, selector, calibration, costs, limit: int,
-            overrides: dict | None = None) -> dict:  # fmt: skip
-    """One arm's whole run: per step, the device time of what each call runs, plus what deciding costs."""
+            overrides: dict | None = None, aside: bool = False) -> dict:  # fmt: skip
+    """One arm's whole run: per step, the device time of what each call runs, plus what deciding costs.
+
+    ``aside``: the executor arms decide a new problem beside the step (the hook's default, runtime/aside.py): its
+    first call runs PyTorch's default, and the host time deciding takes (measured here, ``decide_host_ms``) is not
+    charged to the step; without it that host time is charged, as on the step's path."""
 
     from algosel.runtime.candidates import ModelCandidates
     from algosel.runtime.executor import Executor
@@ -169,8 +174,9 @@ def run_arm(arm: str, steps: list[list], truth: Truth, selector, calibration, co
                       native=False, candidates=ModelCandidates(selector, live=False), measurer=measurer,
                       device_probe=FakeDevice(busy=True, can_time=True), calibration=calibration,
                       look_first=False)  # fmt: skip
+    aside = aside and arm == "rule"  # (the hook decides beside the step under the rule only)
     chosen: dict[str, str] = {}
-    step_ms, decide_ms, switched = [], 0.0, 0
+    step_ms, decide_ms, switched, host_ms = [], 0.0, 0, 0.0
     for i, step in enumerate(steps):
         if ex is not None:
             ex.decider.recurrence.steps = i
@@ -179,15 +185,21 @@ def run_arm(arm: str, steps: list[list], truth: Truth, selector, calibration, co
             key = p.key
             if key not in chosen:
                 asked = len(measurer.asked) if measurer else 0
+                t0 = time.perf_counter()
                 chosen[key], cost = decide_arm(arm, p, truth, ex, costs, limit)
+                host = 1e3 * (time.perf_counter() - t0) if ex is not None else 0.0
+                host_ms += host
                 if measurer is not None and len(measurer.asked) > asked:
                     cost += sum(timing_ms(truth, key, ids, costs) for ids in measurer.asked[asked:])
-                decide_ms += cost
+                decide_ms += cost + (0.0 if aside else host)
                 switched += chosen[key] != DEFAULT_ID
+                if aside:  # the first call ran the default while its problem was decided
+                    total += truth.time(key, DEFAULT_ID)
+                    continue
             total += truth.time(key, chosen[key])
         step_ms.append(total)
     return {"kernels_ms": float(sum(step_ms)), "decide_ms": decide_ms, "steady_ms": step_ms[-1],
-            "problems": len(chosen), "switched": switched, "steps": len(steps)}  # fmt: skip
+            "problems": len(chosen), "switched": switched, "steps": len(steps), "decide_host_ms": host_ms}  # fmt: skip
 
 
 def decide_arm(arm: str, p, truth: Truth, ex, costs, limit: int) -> tuple[str, float]:
@@ -230,6 +242,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--model-dir", type=Path, default=REPO / "out" / "replay-model")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--on-step", action="store_true",
+                    help="decide on the step's path (the executor arms' host time charged to the run) instead of "
+                    "beside it (the hook's default: a new problem's first call runs the default)")  # fmt: skip
     ap.add_argument(
         "--calibration",
         choices=("model", "networks"),
@@ -284,7 +299,8 @@ def main(argv: list[str] | None = None) -> None:
 
                 cal = from_errors(net_errors[net_errors["network"] != network_of(net)], check_coverage=False)
             for arm in args.arms.split(","):
-                row[arm] = run_arm(arm, steps, truth, selector, cal, costs, args.benchmark_limit, overrides)
+                row[arm] = run_arm(arm, steps, truth, selector, cal, costs, args.benchmark_limit, overrides,
+                                   aside=not args.on_step)  # fmt: skip
             rows.append(row)
             print(format_row(row), flush=True)
     print(summary(rows))

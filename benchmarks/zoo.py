@@ -468,10 +468,16 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
         _run_steps(step, ctx[m], 2)
     # prediction mode's probation and step trial run their course before the timed rotation, as verify mode's did
     # in its settle passes (a steady state, not the blocks that decide it)
+    settle = 0
     for _ in range(SETTLE_PASSES):
         if not _undecided(ctx, "predict"):
             break
         _run_steps(step, ctx["predict"], n)
+        settle += 1
+    # steps until the hook's default mode had decided everything (its model loads beside the steps, its decisions
+    # are made beside them): the first pass, the two warm-up steps, the settle passes
+    out["predict_settled_after_steps"] = n + 2 + settle * n
+    out["predict_model_load_s"] = round(_executor(ctx, "predict").model.seconds, 3)
     # Slots of a few steps (a pass over the inputs for the FPN) in rotation (D P V N, N V P D, then pairs of rounds
     # in orders drawn at random), each timed to its end: host-bound steps of this machine vary by 30% from block to
     # block, far more than between neighbours, and single steps by 10-15% (a slot of 3 averages that down).

@@ -39,6 +39,7 @@ def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
                 assert "main" in r[f"{mode}_threads_vs_default_ms"]
         assert ("tuned_step_ms" in r) == (r["dtype"] == "amp")  # benchmark mode paired in autocast steps only
         assert r["predict_vs_default"] > 0 and r["verify_cold_first_pass_s"] > 0
+        assert r["predict_settled_after_steps"] >= r["inputs"] + 2 and r["predict_model_load_s"] > 0
         assert sum(r["predict_routes"].values()) > 0  # the hook planned the steps' convolutions
         assert r["predict_blocks_aside"] >= 0 and isinstance(r["predict_stats"], dict)
         assert r["verify_looks"] == [0, 0, 0, 0]  # CPU: no look at a device can tell, so none counts
