@@ -160,7 +160,15 @@ class Decider:
 
     def _would_measure(self, problem: ConvProblem, device: torch.device) -> bool:
         timing = bool(self.verify) or (self.rule and self.rule_times)
-        return timing and self.device.can_time(device) and not self.selector.is_recorded(problem)
+        return timing and self._can_time(device) and not self.selector.is_recorded(problem)
+
+    def _can_time(self, device: torch.device) -> bool:
+        """Whether candidates can be timed on ``device``; beside the step, a GPU is taken to allow it without asking
+        (no CUDA call on that thread: it would open a context on the thread's current device, GPU 0 in every rank
+        of a job) and the step's thread times it, asking then (:meth:`take`)."""
+        if device.type == "cuda" and getattr(self._beside, "on", False):
+            return True
+        return self.device.can_time(device)
 
     def _claims_beside(self, cache: RuntimeCache) -> ProblemClaims | None:
         """The claims of processes sharing ``cache`` (None for a cache without a folder of its own)."""
@@ -204,7 +212,7 @@ class Decider:
         if self.calibration is None or not self.verifier.has_times():
             return Decision(problem.key, DEFAULT_ID, "model", "no calibrated time model")
         budget = self.tuning_budget_s
-        can_time = self.rule_times and self.device.can_time(device)
+        can_time = self.rule_times and self._can_time(device)
         can_time = can_time and (budget is None or self.verifier.planning_s < budget)
         verdict = recurrence.near_verdict(problem) if can_time else None
         if verdict is not None and verdict.candidate_id == DEFAULT_ID:
