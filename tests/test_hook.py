@@ -515,7 +515,11 @@ def test_enabled_blocks_share_one_executor_per_configuration(shipped, monkeypatc
             seen.append(ex)
     with hook.enabled(selector=shipped, device_probe=CPU_AS_CUDA, live=False, verify=2) as other:
         F.conv2d(x, w)
-    assert seen == [ex] * 3 and other is not ex and len(ex.route_list()) == 1
+    assert seen == [ex] * 3 and other is not ex
+    assert ex.aside is not None and ex.aside.join(10)  # the default mode decides beside the step: then routed
+    with hook.enabled(selector=shipped, device_probe=CPU_AS_CUDA, live=False) as again:
+        F.conv2d(x, w)
+    assert again is ex and len(ex.route_list()) == 1
     with pytest.raises(ValueError, match="not both"):
         with hook.enabled(ex, verify=1):
             pass
