@@ -103,20 +103,18 @@ def slice_model(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _the_h200_model_on_another_gpu(request, monkeypatch):
+def _the_h200_model_on_another_gpu(request):
     """``ALGOSEL_GPU_TESTS_AS_H200=1``: GPU tests on a GPU the shipped model was not trained on see the shipped
     joint model's main GPU (the H200) as this GPU, as ``force=True`` would load it (its ranks are the H200's; what
     these tests check is the runtime's routes and results, not the model's ranks). ``.ci/gpu`` sets it on such a
-    GPU."""
+    GPU. Only the GPU's identity is described so (:func:`algosel.records.environment.described_as`); torch's
+    device queries stay the real device's."""
     if request.node.get_closest_marker("gpu") is None or os.environ.get("ALGOSEL_GPU_TESTS_AS_H200") != "1":
+        yield
         return
-    import json
+    from algosel.learn.models import SHIPPED_MODELS
+    from algosel.records.environment import described_as
 
-    import algosel.learn.model_environment
-    import algosel.learn.models
-
-    joint = algosel.learn.models.SHIPPED_MODELS / "joint-h100-h200-cudnn91900"
-    manifest = json.loads((joint / "manifest.json").read_text())
-    env = {k: manifest["environment"][k] for k in ("gpu_name", "cudnn")}
-    for module in (algosel.learn.models, algosel.learn.model_environment):
-        monkeypatch.setattr(module, "visible_gpu", lambda: dict(env))
+    manifest = json.loads((SHIPPED_MODELS / "joint-h100-h200-cudnn91900" / "manifest.json").read_text())
+    with described_as(gpu={k: manifest["environment"][k] for k in ("gpu_name", "cudnn")}):
+        yield
