@@ -286,12 +286,11 @@ def test_a_truncated_shipped_model_is_refused_before_lightgbm_reads_it(tmp_path,
         load_default(models_root=tmp_path)
 
 
-def test_evaluate_refuses_a_truncated_model_and_the_hook_runs_pytorchs_without_it(inputs, tmp_path,
-                                                                                    monkeypatch) -> None:  # fmt: skip
-    """The other two loaders of the table's first row: ``algosel evaluate`` refuses it; the hook's default model
-    is refused with one warning naming it, and the executor runs PyTorch's own convolutions (tests/
-    test_hook_fallbacks.py runs a training step so)."""
-    import algosel.learn.models
+def test_evaluate_refuses_a_truncated_model_and_the_hook_runs_pytorchs_without_it(inputs, tmp_path) -> None:
+    """The other two loaders of the table's first row: ``algosel evaluate`` refuses it; the hook's model is refused
+    with one warning naming it, and the executor runs PyTorch's own convolutions (tests/test_hook_fallbacks.py runs
+    a training step so, where the hook's default model, ``load_default``, cannot load; the truncated file's refusal
+    by ``load_default`` is the test above's)."""
     from algosel.runtime.fallbacks import HookUnavailableWarning
     from algosel.runtime.hook import Executor
     from algosel.study.evaluation import run_evaluation
@@ -299,11 +298,8 @@ def test_evaluate_refuses_a_truncated_model_and_the_hook_runs_pytorchs_without_i
     with pytest.raises(SelectorError, match=r"model\.txt: \d+ bytes, the manifest records"):
         run_evaluation(str(inputs["truncated-50"]), [str(SLICE)], str(tmp_path / "e"), lono=False, progress=False)
     assert not (tmp_path / "e").exists()
-    shipped = tmp_path / "shipped"
-    shutil.copytree(inputs["truncated-50"], shipped / SHIPPED.name)
-    monkeypatch.setattr(algosel.learn.models, "SHIPPED_MODELS", shipped)
     with pytest.warns(HookUnavailableWarning, match=r"model\.txt: \d+ bytes, the manifest records"):
-        assert Executor().unavailable
+        assert Executor(selector=str(inputs["truncated-50"])).unavailable
 
 
 def test_a_damaged_catalogue_is_refused(tmp_path) -> None:
