@@ -87,16 +87,14 @@ def test_corrupt_catalogue(model_copy):
         Selector.load(model_copy)
 
 
-def test_another_gpu_is_refused_unless_forced(model_copy, monkeypatch):
-    import torch
+def test_another_gpu_is_refused_unless_forced(model_copy):
+    from algosel.testing import fake_gpu
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
-    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
-    with pytest.raises(SelectorError, match="A100.*cuDNN 90100|another environment"):
-        Selector.load(model_copy)
-    with pytest.warns(UserWarning, match="another environment"):
-        Selector.load(model_copy, force=True)
+    with fake_gpu("NVIDIA A100-SXM4-80GB", (8, 0), cudnn=90100):
+        with pytest.raises(SelectorError, match="A100.*cuDNN 90100|another environment"):
+            Selector.load(model_copy)
+        with pytest.warns(UserWarning, match="another environment"):
+            Selector.load(model_copy, force=True)
 
 
 class CountingRanker:
