@@ -13,23 +13,26 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SLICE = REPO / "data" / "samples" / "h200-slice"
 
-#: The test files that take longest, longest first (seconds of one process on a 2-core machine, 2026-12-06, in
-#: the comments). pytest-xdist's ``--dist loadfile`` hands each process one file at a time in the collection's
-#: order; these come first, so that a long file never starts last while the other process has nothing left to do.
-#: The other files follow as xdist orders them itself (most tests first), whose own reordering is turned off.
+#: The test files that take longest, longest first (wall seconds of each alone, ``pytest FILE``, on the 2-core
+#: machine, 2026-12-07, in the comments; * where that includes training the slice's model, which a run does once).
+#: pytest-xdist's ``--dist loadfile`` hands each process one file at a time in the collection's order; these come
+#: first, so that a long file never starts last while the other process has nothing left to do. The other files
+#: follow as xdist orders them itself (most tests first), whose own reordering is turned off.
 LONG_FILES = (
-    "test_bad_inputs_third.py",
-    "test_zoo_driver.py",
-    "test_bad_inputs_cli.py",
-    "test_tutorial.py",
-    "test_reliability.py",
-    "test_reliability_sweep.py",
-    "test_report.py",
-    "test_shared_decisions.py",
-    "test_bad_inputs_models.py",
-    "test_layers.py",
-    "test_ranker.py",
-    "test_selector_benchmarks.py",
+    "test_zoo_driver.py",  # 70: six processes of benchmarks/zoo.py's jobs
+    "test_reliability.py",  # 31*
+    "test_report.py",  # 30* (and the two browser tests where chromium is installed)
+    "test_tutorial.py",  # 27
+    "test_reliability_sweep.py",  # 26
+    "test_bad_inputs_third.py",  # 24*
+    "test_bad_inputs_cli.py",  # 22
+    "test_bad_inputs_hook.py",  # 22
+    "test_joint.py",  # 22
+    "test_shared_decisions.py",  # 14
+    "test_selector_benchmarks.py",  # 13
+    "test_bad_inputs_models.py",  # 13
+    "test_layers.py",  # 10
+    "test_ranker.py",  # 9
 )
 
 
