@@ -28,7 +28,9 @@ LIBRARIES = ("numpy", "pandas", "pyarrow.parquet", "lightgbm", "torch", "matplot
 #: The process the commands are forked from (``python -c``; argv: the spec file, the results file). A command's
 #: process redirects its stdout and stderr to files, changes to its folder, adds its environment and runs
 #: ``algosel`` as ``python -m algosel`` does: its exit, an exception's traceback and its exit handlers are the
-#: interpreter's own. Only this loop runs in the forking process: no thread, nothing of algosel imported.
+#: interpreter's own. The forking process runs this loop alone: no Python thread (the libraries' native pools wait
+#: idle; a forked process has only the thread that forked it), nothing of algosel imported, so that every module of
+#: algosel, and what it reads from the environment, is the command's own.
 _FORK_SERVER = r"""
 import json, os, signal, sys, time, warnings
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as algosel's main() sets it before the libraries load
