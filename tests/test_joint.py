@@ -203,11 +203,10 @@ def test_the_hook_on_an_h800_uses_the_joint_model_with_one_warning_and_the_step_
     assert not ex.unavailable
 
 
-def test_train_joint_on_the_command_line(two_gpus, tmp_path, capsys):
+def test_train_joint_on_the_command_line(two_gpus, joint, tmp_path, capsys):
     from algosel.cli import main
 
-    model = tmp_path / "one"
-    train_joint([SLICE, two_gpus / "h100"], SMALL, models_root=tmp_path, name="one")
+    model, _ = joint  # trained with SMALL: the settings --params-from reads
     # --num-leaves: a setting of its own over --params-from's (SMALL's 7; the manifest's params say which ran)
     argv = ["train", str(SLICE), str(two_gpus / "h100"), "--joint", "--params-from", str(model), "--models",
             str(tmp_path), "--name", "two", "--threads", "1", "--num-leaves", "5", "--no-progress"]  # fmt: skip
