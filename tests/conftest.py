@@ -105,6 +105,17 @@ def slice_model(tmp_path_factory):
     return Path(made["model"]), made["summary"]
 
 
+@pytest.fixture(scope="session")
+def shipped():
+    """The shipped model for this machine (``default_model_dir``), loaded once per test process (seconds each
+    time): the runtime's tests that need a real model's candidate lists and records, which none of them changes.
+    A module may define its own (tests/test_gpu_runtime.py: ``load_default``, on the GPU)."""
+    from algosel.learn.models import default_model_dir
+    from algosel.learn.selector import Selector
+
+    return Selector.load(default_model_dir())
+
+
 @pytest.fixture(autouse=True)
 def _the_h200_model_on_another_gpu(request):
     """``ALGOSEL_GPU_TESTS_AS_H200=1``: GPU tests on a GPU the shipped model was not trained on see the shipped

@@ -27,14 +27,6 @@ def _executor(**config) -> hook.Executor:
 CPU_AS_CUDA = CpuAsCuda()
 
 
-@pytest.fixture(scope="module")
-def shipped():
-    from algosel.learn.models import default_model_dir
-    from algosel.learn.selector import Selector
-
-    return Selector.load(default_model_dir())
-
-
 def _step(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     model.zero_grad()
     loss = model(x).square().mean()
