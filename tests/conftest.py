@@ -16,23 +16,33 @@ SLICE = REPO / "data" / "samples" / "h200-slice"
 #: The test files that take longest, longest first (wall seconds of each alone, ``pytest FILE``, on the 2-core
 #: machine, 2026-12-07, in the comments; * where that includes training the slice's model, which a run does once).
 #: pytest-xdist's ``--dist loadfile`` hands each process one file at a time in the collection's order; these come
-#: first, so that a long file never starts last while the other process has nothing left to do. The other files
-#: follow as xdist orders them itself (most tests first), whose own reordering is turned off.
+#: first, so that a long file never starts last while the other process has nothing left to do (a long file of few
+#: tests would: xdist's own order puts the files of most tests first). The other files follow in that order, xdist's
+#: own reordering turned off.
 LONG_FILES = (
-    "test_zoo_driver.py",  # 70: six processes of benchmarks/zoo.py's jobs
-    "test_reliability.py",  # 31*
+    "test_zoo_driver.py",  # 46: four processes of benchmarks/zoo.py's jobs
     "test_report.py",  # 30* (and the two browser tests where chromium is installed)
-    "test_tutorial.py",  # 27
+    "test_reliability.py",  # 29*
+    "test_tutorial.py",  # 26
     "test_reliability_sweep.py",  # 26
     "test_bad_inputs_third.py",  # 24*
-    "test_bad_inputs_cli.py",  # 22
+    "test_bad_inputs_cli.py",  # 22*
     "test_bad_inputs_hook.py",  # 22
-    "test_joint.py",  # 22
-    "test_shared_decisions.py",  # 14
+    "test_notebook.py",  # 18
+    "test_joint.py",  # 18
+    "test_shared_decisions.py",  # 14*
+    "test_ray_sweep.py",  # 13: a local Ray cluster's start
     "test_selector_benchmarks.py",  # 13
     "test_bad_inputs_models.py",  # 13
+    "test_cli_selector.py",  # 11
+    "test_hook.py",  # 11
     "test_layers.py",  # 10
+    "test_unseen.py",  # 10
+    "test_targeted_sweep_h100.py",  # 10
+    "test_zoo_gpu.py",  # 9
     "test_ranker.py",  # 9
+    "test_doctor.py",  # 9
+    "test_install.py",  # 8
 )
 
 
