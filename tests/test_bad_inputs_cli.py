@@ -1,9 +1,9 @@
 """Bad inputs, second pass: never lose a user's file, never a traceback where one line will do.
 
-As ``tests/test_reliability.py`` (whose :class:`Row` and hashes this module reuses), every command line runs as a
-user runs it, ``python -m algosel ...`` in a process of its own (forked from one that imported the libraries once:
-``tests/cli_rows.py``), all of them in one module fixture: the exit status, no death by a signal, no traceback, one
-error line naming the bad value, and the files it must not touch hashed before and after. Cases:
+As ``tests/test_reliability.py`` (whose :class:`Row`, runner and hashes this module reuses), every command line
+runs as a user runs it, ``python -m algosel ...`` in a subprocess, all of them at once in one module fixture: the
+exit status, no death by a signal, no traceback, one error line naming the bad value, and the files it must not
+touch hashed before and after. Cases:
 
 - outputs a command did not write are refused unless ``--overwrite`` (evaluate into a model directory, report over
   a user's page, layers and analyze-log over an existing file), and with it a model directory is replaced as one
@@ -32,13 +32,14 @@ import sys
 import time
 import warnings
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from cli_rows import check_command_row, run_rows
+from cli_rows import check_command_row
 from conftest import REPO, SLICE
-from test_reliability import RECORDED, Row, _hashes
+from test_reliability import RECORDED, Row, _hashes, _run, _run_in_process
 
 from algosel.learn.artifact import MANIFEST_FILE, verify_directory
 from algosel.outputs import (
@@ -219,13 +220,25 @@ def _rows(p: dict[str, Path]) -> dict[str, Row]:
     }  # fmt: skip
 
 
+#: Rows run through ``algosel.cli.main`` in this process instead of a subprocess: their commands import torch,
+#: pandas and LightGBM (2-3 s of CPU a process, ~20 s for these), which this process has already imported. What is
+#: checked is the same (status, one stderr line, no exception escaping, files unchanged); a signal cannot end them.
+#: The others are refused before any library loads: a fresh interpreter each (a tenth of a second) costs less
+#: than forking them from one that imported the libraries (tests/cli_rows.py; its exit alone takes 0.3 s).
+IN_PROCESS = ("evaluate-overwrite-model-without-suites", "summarize-c-negative", "train-groups-0",
+              "report-dtype-float64", "summarize-environments-list-of-ints", "sweep-dry-run-counts-a-journal",
+              "sweep-layers-is-a-directory", "analyze-log-of-a-directory")  # fmt: skip
 ROW_NAMES = list(_rows(defaultdict(lambda: Path("/unused"))))
 
 
 @pytest.fixture(scope="module")
 def ran(paths) -> dict[str, Row]:
-    """Every row, each in a process of its own (forked from one that imported the libraries once: tests/cli_rows.py)."""
-    return run_rows(_rows(paths), _hashes)
+    """Every row: the subprocesses in a thread pool, the in-process ones meanwhile in this thread."""
+    rows = _rows(paths)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {name: pool.submit(_run, row) for name, row in rows.items() if name not in IN_PROCESS}
+        done = {name: _run_in_process(rows[name]) for name in IN_PROCESS}
+        return {name: done.get(name) or futures[name].result() for name in rows}
 
 
 @pytest.mark.parametrize("name", ROW_NAMES)
