@@ -22,18 +22,18 @@ SLICE = REPO / "data" / "samples" / "h200-slice"
 LONG_FILES = (
     "test_zoo_driver.py",  # 46: four processes of benchmarks/zoo.py's jobs
     "test_report.py",  # 30* (and the two browser tests where chromium is installed)
-    "test_reliability.py",  # 29*
-    "test_tutorial.py",  # 26
+    "test_reliability.py",  # 27*
     "test_reliability_sweep.py",  # 26
-    "test_bad_inputs_third.py",  # 24*
-    "test_bad_inputs_cli.py",  # 22*
     "test_bad_inputs_hook.py",  # 22
+    "test_bad_inputs_third.py",  # 21*
+    "test_tutorial.py",  # 19
+    "test_shared_decisions.py",  # 19*
     "test_notebook.py",  # 18
-    "test_joint.py",  # 18
-    "test_shared_decisions.py",  # 14*
+    "test_joint.py",  # 17
+    "test_bad_inputs_cli.py",  # 17*
+    "test_selector_benchmarks.py",  # 15
+    "test_bad_inputs_models.py",  # 14
     "test_ray_sweep.py",  # 13: a local Ray cluster's start
-    "test_selector_benchmarks.py",  # 13
-    "test_bad_inputs_models.py",  # 13
     "test_cli_selector.py",  # 11
     "test_hook.py",  # 11
     "test_layers.py",  # 10
