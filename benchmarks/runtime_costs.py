@@ -138,19 +138,19 @@ def measure_problem(space, ext, problem: ConvProblem, pairs: int = 20) -> dict:
     prepared = space.prepare(problem, first)
     row["build_plan_ms"] = 1e3 * (time.perf_counter() - t0)
     t0 = time.perf_counter()
-    blob = bytes(prepared._mg.graph.serialize(as_bytes=True))
+    blob = bytes(prepared.graph.serialize(as_bytes=True))
     row["serialize_ms"] = 1e3 * (time.perf_counter() - t0)
     row["blob_bytes"] = len(blob)
     row["engine"] = first.name
     y = torch.empty_like(F.conv2d(x, w, None, **args_))
     ops.y = y
     handle = space.handle_for_current_stream()
-    t = prepared._mg.tensors
+    t = prepared.tensors
     ws = torch.empty(max(prepared.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
 
     def mapping_form():
-        prepared._mg.graph.execute_plan_at_index({t["x"]: x, t["w"]: w, t["y"]: y}, ws, prepared._index,
-                                                 handle=handle)  # fmt: skip
+        prepared.graph.execute_plan_at_index({t["x"]: x, t["w"]: w, t["y"]: y}, ws, prepared.plan_index,
+                                             handle=handle)  # fmt: skip
 
     row["host_us"] = {
         "F.conv2d": host_us_per_call(lambda: F.conv2d(x, w, None, **args_)),
@@ -308,17 +308,17 @@ def _rebuild_check(space, problem, cands) -> dict:
         engine, knobs = parse_engine_name(c.name)
         t0 = time.perf_counter()
         try:
-            mg = space._graph(problem, [])  # graph without heuristics (create_execution_plans([]))
+            graph = space.plain_graph(problem)  # graph without heuristics (create_execution_plans([]))
         except Exception as exc:  # noqa: BLE001
             out["errors"].append(f"graph: {exc}")
             break
         try:
             kn = {getattr(cudnn.knob_type, by_value[k]): v for k, v in parse_knobs(knobs).items()}
-            mg.graph.create_execution_plan(engine, kn)
-            i = mg.graph.get_execution_plan_count() - 1
-            mg.graph.build_plan_at_index(i)
+            graph.create_execution_plan(engine, kn)
+            i = graph.get_execution_plan_count() - 1
+            graph.build_plan_at_index(i)
             out["tried"] += 1
-            out["same_name"] += int(mg.graph.get_plan_name_at_index(i) == c.name)
+            out["same_name"] += int(graph.get_plan_name_at_index(i) == c.name)
             out.setdefault("ms", []).append(round(1e3 * (time.perf_counter() - t0), 2))
         except Exception as exc:  # noqa: BLE001
             out["errors"].append(f"{c.name}: {type(exc).__name__}: {str(exc)[:200]}")

@@ -223,17 +223,19 @@ def _selector(cls, path: str, force: bool = False):
     return _selectors[path]
 
 
-def selector_kwargs() -> dict:
+def selector_kwargs(load=None) -> dict:
     """The hook's ``selector=`` for ``--model`` and ``--force`` (none: the shipped model for this GPU); in the smoke
     run, also the device seam that routes the CPU's calls as a GPU's (the hook routes CUDA tensors alone, so the
-    smoke run on the CPU would otherwise exercise none of its paths)."""
+    smoke run on the CPU would otherwise exercise none of its paths). ``load(path, force=)`` loads the model
+    directory (default: ``Selector.load``, once per directory in this process)."""
     seam = {"device_probe": _cpu_as_cuda()} if SMOKE else {}
     if not MODEL and not FORCE:
         return seam
     from algosel.learn.models import default_model_dir
     from algosel.learn.selector import Selector
 
-    return {**seam, "selector": _selector(Selector, MODEL or str(default_model_dir()), force=FORCE)}
+    path = MODEL or str(default_model_dir())
+    return {**seam, "selector": _selector(Selector, path, force=FORCE) if load is None else load(path, force=FORCE)}
 
 
 @functools.cache

@@ -13,23 +13,36 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SLICE = REPO / "data" / "samples" / "h200-slice"
 
-#: The test files that take longest, longest first (seconds of one process on a 2-core machine, 2026-12-06, in
-#: the comments). pytest-xdist's ``--dist loadfile`` hands each process one file at a time in the collection's
-#: order; these come first, so that a long file never starts last while the other process has nothing left to do.
-#: The other files follow as xdist orders them itself (most tests first), whose own reordering is turned off.
+#: The test files that take longest, longest first (wall seconds of each alone, ``pytest FILE``, on the 2-core
+#: machine, 2026-12-07, in the comments; * where that includes training the slice's model, which a run does once).
+#: pytest-xdist's ``--dist loadfile`` hands each process one file at a time in the collection's order; these come
+#: first, so that a long file never starts last while the other process has nothing left to do (a long file of few
+#: tests would: xdist's own order puts the files of most tests first). The other files follow in that order, xdist's
+#: own reordering turned off.
 LONG_FILES = (
-    "test_bad_inputs_third.py",
-    "test_zoo_driver.py",
-    "test_bad_inputs_cli.py",
-    "test_tutorial.py",
-    "test_reliability.py",
-    "test_reliability_sweep.py",
-    "test_report.py",
-    "test_shared_decisions.py",
-    "test_bad_inputs_models.py",
-    "test_layers.py",
-    "test_ranker.py",
-    "test_selector_benchmarks.py",
+    "test_zoo_driver.py",  # 46: four processes of benchmarks/zoo.py's jobs
+    "test_report.py",  # 30* (and the two browser tests where chromium is installed)
+    "test_reliability.py",  # 27*
+    "test_reliability_sweep.py",  # 26
+    "test_bad_inputs_hook.py",  # 22
+    "test_bad_inputs_third.py",  # 21*
+    "test_tutorial.py",  # 19
+    "test_shared_decisions.py",  # 19*
+    "test_notebook.py",  # 18
+    "test_joint.py",  # 17
+    "test_bad_inputs_cli.py",  # 17*
+    "test_selector_benchmarks.py",  # 15
+    "test_bad_inputs_models.py",  # 14
+    "test_ray_sweep.py",  # 13: a local Ray cluster's start
+    "test_cli_selector.py",  # 11
+    "test_hook.py",  # 11
+    "test_layers.py",  # 10
+    "test_unseen.py",  # 10
+    "test_targeted_sweep_h100.py",  # 10
+    "test_zoo_gpu.py",  # 9
+    "test_ranker.py",  # 9
+    "test_doctor.py",  # 9
+    "test_install.py",  # 8
 )
 
 
@@ -102,21 +115,30 @@ def slice_model(tmp_path_factory):
     return Path(made["model"]), made["summary"]
 
 
+@pytest.fixture(scope="session")
+def shipped():
+    """The shipped model for this machine (``default_model_dir``), loaded once per test process (seconds each
+    time): the runtime's tests that need a real model's candidate lists and records, which none of them changes.
+    A module may define its own (tests/test_gpu_runtime.py: ``load_default``, on the GPU)."""
+    from algosel.learn.models import default_model_dir
+    from algosel.learn.selector import Selector
+
+    return Selector.load(default_model_dir())
+
+
 @pytest.fixture(autouse=True)
-def _the_h200_model_on_another_gpu(request, monkeypatch):
+def _the_h200_model_on_another_gpu(request):
     """``ALGOSEL_GPU_TESTS_AS_H200=1``: GPU tests on a GPU the shipped model was not trained on see the shipped
     joint model's main GPU (the H200) as this GPU, as ``force=True`` would load it (its ranks are the H200's; what
     these tests check is the runtime's routes and results, not the model's ranks). ``.ci/gpu`` sets it on such a
-    GPU."""
+    GPU. Only the GPU's identity is described so (:func:`algosel.records.environment.described_as`); torch's
+    device queries stay the real device's."""
     if request.node.get_closest_marker("gpu") is None or os.environ.get("ALGOSEL_GPU_TESTS_AS_H200") != "1":
+        yield
         return
-    import json
+    from algosel.learn.models import SHIPPED_MODELS
+    from algosel.records.environment import described_as
 
-    import algosel.learn.model_environment
-    import algosel.learn.models
-
-    joint = algosel.learn.models.SHIPPED_MODELS / "joint-h100-h200-cudnn91900"
-    manifest = json.loads((joint / "manifest.json").read_text())
-    env = {k: manifest["environment"][k] for k in ("gpu_name", "cudnn")}
-    for module in (algosel.learn.models, algosel.learn.model_environment):
-        monkeypatch.setattr(module, "visible_gpu", lambda: dict(env))
+    manifest = json.loads((SHIPPED_MODELS / "joint-h100-h200-cudnn91900" / "manifest.json").read_text())
+    with described_as(gpu={k: manifest["environment"][k] for k in ("gpu_name", "cudnn")}):
+        yield

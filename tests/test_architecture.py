@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("algosel.learn",),
     ("algosel.runtime",),
     ("algosel.study",),
-    ("algosel", "algosel.cli", "algosel.hook", "algosel.__main__"),
+    ("algosel", "algosel.cli", "algosel.hook", "algosel.__main__", "algosel.testing"),
 )
 
 

@@ -84,7 +84,7 @@ def _report_files(directory: Path, marker: bytes) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def paths(tmp_path_factory, slice_records) -> dict[str, Path]:
+def paths(tmp_path_factory, slice_records, slice_model) -> dict[str, Path]:
     """Inputs built once: damaged records, users' files in the way, model directories to write into."""
     from algosel.measure.suites import load_suites
 
@@ -112,9 +112,12 @@ def paths(tmp_path_factory, slice_records) -> dict[str, Path]:
 
     from algosel.cli import main
 
-    for name in ("model-refused", "model-overwritten"):
-        p[name] = root / name
-        shutil.copytree(SHIPPED, p[name])
+    p["model-refused"] = root / "model-refused"
+    shutil.copytree(SHIPPED, p["model-refused"])
+    # The slice's model (40 trees): leave-one-network-out retrains it per network in seconds (the shipped model's
+    # settings take several times longer, and what is tested is the folder, not the model).
+    p["model-overwritten"] = root / "model-overwritten"
+    shutil.copytree(slice_model[0], p["model-overwritten"])
     # An earlier evaluation into the model's own folder, on records with network suites and leave-one-network-out:
     # its network_totals.csv is what the evaluation on records without suites must take away.
     earlier = ["evaluate", "--model", str(p["model-overwritten"]), "--data", str(SLICE), "--out",
@@ -220,6 +223,8 @@ def _rows(p: dict[str, Path]) -> dict[str, Row]:
 #: Rows run through ``algosel.cli.main`` in this process instead of a subprocess: their commands import torch,
 #: pandas and LightGBM (2-3 s of CPU a process, ~20 s for these), which this process has already imported. What is
 #: checked is the same (status, one stderr line, no exception escaping, files unchanged); a signal cannot end them.
+#: The others are refused before any library loads: a fresh interpreter each (a tenth of a second) costs less
+#: than forking them from one that imported the libraries (tests/cli_rows.py; its exit alone takes 0.3 s).
 IN_PROCESS = ("evaluate-overwrite-model-without-suites", "summarize-c-negative", "train-groups-0",
               "report-dtype-float64", "summarize-environments-list-of-ints", "sweep-dry-run-counts-a-journal",
               "sweep-layers-is-a-directory", "analyze-log-of-a-directory")  # fmt: skip
@@ -241,7 +246,7 @@ def test_command_line_row(ran: dict[str, Row], name: str) -> None:
     check_command_row(ran[name], _hashes)
 
 
-def test_a_model_directory_overwritten_is_one_consistent_unit(ran: dict[str, Row], paths) -> None:
+def test_a_model_directory_overwritten_is_one_consistent_unit(ran: dict[str, Row], paths, slice_model) -> None:
     """``evaluate --out MODEL --overwrite`` replaced the model's report and manifest together: the earlier run's
     network_totals.csv (leave-one-network-out was skipped this time) is gone from the folder and the manifest, and
     every file is as the manifest records it; no outputs record is left in a model directory."""
@@ -253,7 +258,7 @@ def test_a_model_directory_overwritten_is_one_consistent_unit(ran: dict[str, Row
     files = json.loads((model / MANIFEST_FILE).read_text())["files"]
     assert sorted(files) == [n for n in names if n != MANIFEST_FILE] and verify_directory(model) == []
     assert json.loads((model / "report.json").read_text())["lono"] is None
-    assert (model / "model.txt").read_bytes() == (SHIPPED / "model.txt").read_bytes()
+    assert (model / "model.txt").read_bytes() == (slice_model[0] / "model.txt").read_bytes()
 
 
 def test_a_user_file_beside_the_outputs_is_left_alone(ran: dict[str, Row], paths) -> None:

@@ -9,7 +9,7 @@
 - ``report --model`` and ``analyze-log --model`` refuse a model of another GPU as ``evaluate`` does.
 - ``doctor --models`` lists a manifest that is a list, or whose environment is a string, as unreadable.
 
-The command lines run concurrently in one module fixture (``ran``), as in test_reliability.py.
+The command lines run in one module fixture (``ran``), each in a process of its own (``tests/cli_rows.py``).
 """
 
 from __future__ import annotations
@@ -22,14 +22,12 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_rows import check_command_row
+from cli_rows import check_command_row, run_rows
 from conftest import REPO
 
 from algosel.candidates import DEFAULT_ID
@@ -110,17 +108,6 @@ class Row:
     before: dict[str, str] = field(default_factory=dict)
     result: subprocess.CompletedProcess | None = None
     seconds: float = 0.0
-
-
-def _run(row: Row) -> Row:
-    row.before = _hashes(*row.unchanged)
-    t0 = time.perf_counter()
-    row.result = subprocess.run(
-        [sys.executable, "-m", "algosel", *row.argv], cwd=REPO, capture_output=True, text=True, timeout=300,
-        check=False, env={**os.environ, **row.env},
-    )  # fmt: skip
-    row.seconds = time.perf_counter() - t0
-    return row
 
 
 def _cache_root(root: Path) -> Path:
@@ -232,9 +219,9 @@ def _rows(p: dict[str, Path]) -> dict[str, Row]:
 
 @pytest.fixture(scope="module")
 def ran(inputs) -> dict[str, Row]:
-    rows = _rows(inputs)
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        return dict(zip(rows, pool.map(_run, rows.values())))
+    """Every row, each in a process of its own (forked from one that imported the libraries once: tests/cli_rows.py),
+    in the repository with the row's environment added."""
+    return run_rows(_rows(inputs), _hashes)
 
 
 _INPUTS = ("root", "cache", "checkout", "cache-own", "cache-notes", "garbled", "other-gpu", "bad-manifests")

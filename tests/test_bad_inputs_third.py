@@ -1,8 +1,9 @@
 """Bad inputs, third pass: nothing lost, nothing silently wrong.
 
-As ``tests/test_bad_inputs_cli.py`` (whose runner and hashes come from ``tests/test_reliability.py``), every command
-line runs as a user runs it, ``python -m algosel ...`` in a subprocess: the exit status, no traceback, one error line
-naming the bad value, and the files it must not touch hashed before and after. Cases (issue 52's numbering):
+As ``tests/test_bad_inputs_cli.py`` (its rows and hashes come from ``tests/test_reliability.py``), every command
+line runs as a user runs it, ``python -m algosel ...`` in a process of its own (forked from one that imported the
+libraries once: ``tests/cli_rows.py``): the exit status, no traceback, one error line naming the bad value, and the
+files it must not touch hashed before and after. Cases (issue 52's numbering):
 
 1. ``train --force`` replaces only a model's own files: a ``NOTES.txt`` beside a model, or a folder holding no
    model, is refused, nothing touched; every shipped model is left as it is by ``train --force --name <its name>``;
@@ -18,14 +19,13 @@ from __future__ import annotations
 import json
 import shutil
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from cli_rows import check_command_row
+from cli_rows import check_command_row, run_rows
 from conftest import REPO, SLICE
-from test_reliability import Row, _hashes, _run
+from test_reliability import Row, _hashes, _run_in_process
 
 from algosel.learn.artifact import MANIFEST_FILE
 from algosel.records import load_records, write_part
@@ -75,6 +75,7 @@ def paths(tmp_path_factory, slice_model) -> dict[str, Path]:
     shutil.copytree(slice_model[0], p["with-folder"])
     (p["with-folder"] / "plots").mkdir()
     (p["with-folder"] / "plots" / "mine.png").write_bytes(b"png")
+    p["engine-model"] = slice_model[0]
     p["no-model"] = p["models"] / "no-model"
     p["no-model"].mkdir()
     (p["no-model"] / "thesis.tex").write_text("\\section{mine}\n")
@@ -91,6 +92,7 @@ def paths(tmp_path_factory, slice_model) -> dict[str, Path]:
 
 def _rows(p: dict[str, Path]) -> dict[str, Row]:
     out = p["root"] / "out"
+    engine = p["engine-model"]  # a model of engine configs: the slice's, which loads far sooner than the shipped one
     train = ["train", str(SLICE), "--quick", "--no-progress", "--force", "--models", str(p["models"])]
     rows = {
         # 1. --force never removes what the command did not write.
@@ -106,12 +108,12 @@ def _rows(p: dict[str, Path]) -> dict[str, Row]:
                                                         "--out", str(out / "e1"), "--no-lono", "--no-progress"],
                                                        says=(str(LEGACY_MODEL), "selects legacy", "cudnn ones"),
                                                        unchanged=(out / "e1",)),
-        "evaluate-engine-model-on-legacy-records": Row(["evaluate", "--model", str(ENGINE_MODEL), "--data",
+        "evaluate-engine-model-on-legacy-records": Row(["evaluate", "--model", str(engine), "--data",
                                                         str(LEGACY_SLICE), "--out", str(out / "e2"), "--no-lono"],
-                                                       says=(str(ENGINE_MODEL), "selects cudnn", "legacy ones"),
+                                                       says=(str(engine), "selects cudnn", "legacy ones"),
                                                        unchanged=(out / "e2",)),
         "analyze-log-legacy-model-of-engine-configs": Row(["analyze-log", str(LOGS / "legacy.log.gz"),
-                                                           "--legacy-model", str(ENGINE_MODEL)],
+                                                           "--legacy-model", str(engine)],
                                                           says=("selects cudnn", "--legacy-model", "legacy ones")),
         "analyze-log-model-of-legacy-algorithms": Row(["analyze-log", str(LOGS / "pytorch.log.gz"), "--model",
                                                        str(LEGACY_MODEL)], says=("selects legacy", "--model")),
@@ -186,11 +188,8 @@ ROW_NAMES = list(_rows(defaultdict(lambda: Path("/unused"))))
 
 @pytest.fixture(scope="module")
 def ran(paths) -> dict[str, Row]:
-    """Every row, in subprocesses of a thread pool."""
-    rows = _rows(paths)
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {name: pool.submit(_run, row) for name, row in rows.items()}
-        return {name: future.result() for name, future in futures.items()}
+    """Every row, each in a process of its own (forked from one that imported the libraries once: tests/cli_rows.py)."""
+    return run_rows(_rows(paths), _hashes)
 
 
 @pytest.mark.parametrize("name", ROW_NAMES)
@@ -225,8 +224,9 @@ def test_layers_records_a_reflect_padded_conv_as_the_problem_it_runs(tmp_path: P
         "                         nn.Conv2d(8, 8, 3, padding=1))\n"
     )
     out = tmp_path / "layers.csv"
-    row = _run(Row(["layers", "--model", f"{net}:make_model", "--input", "2,3,16,16", "--out", str(out)], status=0,
-                   says=("3 conv calls",)))  # fmt: skip
+    # in this process (what is tested is the file it writes; the command's own process is test_layers.py's)
+    row = _run_in_process(Row(["layers", "--model", f"{net}:make_model", "--input", "2,3,16,16", "--out", str(out)],
+                              status=0, says=("3 conv calls",)))  # fmt: skip
     check_command_row(row, _hashes)
     frame = pd.read_csv(out)
     assert frame[["h", "w", "pad_h", "pad_w"]].values.tolist() == [[20, 20, 0, 0], [19, 19, 0, 0], [16, 16, 1, 1]]

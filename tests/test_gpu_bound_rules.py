@@ -22,14 +22,6 @@ PROBLEM = ConvProblem(n=64, c=96, k=96, h=28, w=28, r=3, s=3, pad_h=1, pad_w=1, 
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(scope="module")
-def shipped():
-    from algosel.learn.models import default_model_dir
-    from algosel.learn.selector import Selector
-
-    return Selector.load(default_model_dir())
-
-
 def test_a_small_measured_gain_pays_in_a_gpu_bound_step_only():
     times = {DEFAULT_ID: 0.300, "cudnn:eng1": 0.288}  # 12 us saved a call, 1.042x faster
     host_bound = judge(DEFAULT_POLICY, "k", "cudnn:eng1", times, 0.300, "measured", 1.03, 0.0)

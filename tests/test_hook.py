@@ -40,13 +40,6 @@ def _executor(**config) -> hook.Executor:
 CPU_AS_CUDA = CpuAsCuda()
 
 
-@pytest.fixture(scope="module")
-def shipped():
-    from algosel.learn.models import default_model_dir
-
-    return Selector.load(default_model_dir())
-
-
 def Predicting(sel: Selector, gemm_ratio: float = 0.2, default_ms: float = 1.0) -> Preferring:  # noqa: N802
     """A selector with a time predictor that says GEMM lowering takes ``gemm_ratio`` of PyTorch's default time, and
     that ranks GEMM lowering first where it applies (the hook's decision is what is tested here, not the model's

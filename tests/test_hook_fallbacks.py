@@ -14,6 +14,7 @@ from algosel.problem import ConvProblem
 from algosel.runtime import hook
 from algosel.runtime.fallbacks import HookUnavailableWarning, warn_once
 from algosel.runtime.standins import CpuAsCuda, Preferring
+from algosel.testing import fake_gpu
 
 
 def _executor(**config) -> hook.Executor:
@@ -24,14 +25,6 @@ def _executor(**config) -> hook.Executor:
 
 #: One seam for every executor, so that ``enabled()`` blocks of one configuration share their executor.
 CPU_AS_CUDA = CpuAsCuda()
-
-
-@pytest.fixture(scope="module")
-def shipped():
-    from algosel.learn.models import default_model_dir
-    from algosel.learn.selector import Selector
-
-    return Selector.load(default_model_dir())
 
 
 def _step(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -54,23 +47,21 @@ def _trains_as_pytorch(block, model, x) -> None:
     assert torch.equal(loss, ref_loss) and all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
 
 
-def test_on_a_gpu_without_a_model_the_step_runs_pytorchs_own_convolutions(monkeypatch):
+def test_on_a_gpu_without_a_model_the_step_runs_pytorchs_own_convolutions():
     """An A100 (faked: the visible GPU is what the model's environment check reads): no shipped model covers it (the
     H200's and the H100 + H200 joint model are of another family), so `enabled()` warns once, naming the GPU and
     the fix, and every convolution is PyTorch's own."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
     model, x = _net(), torch.randn(2, 3, 8, 8)
     hook.reset_stats()
     said = r"NVIDIA A100-SXM4-80GB.*make a model for this GPU with `algosel sweep --quick.*PyTorch's own"
     # the model loaded before the first call (the hook's default loads it beside the first steps: below)
     config = {"step_aside": True, "background_load": False, "device_probe": CPU_AS_CUDA}
-    with pytest.warns(HookUnavailableWarning, match=said):
-        _trains_as_pytorch(hook.enabled(**config), model, x)  # a configuration of its own: a new executor
-    assert hook.stats() == {"pytorch:no model for this machine": 5}  # forward and weight gradient, then all three
-    with hook.enabled(**config) as ex:
-        assert ex.unavailable and ex.route_reasons() == {"pytorch:no model for this machine": 5}
+    with fake_gpu("NVIDIA A100-SXM4-80GB", (8, 0)):
+        with pytest.warns(HookUnavailableWarning, match=said):
+            _trains_as_pytorch(hook.enabled(**config), model, x)  # a configuration of its own: a new executor
+        assert hook.stats() == {"pytorch:no model for this machine": 5}  # forward and weight gradient, then all three
+        with hook.enabled(**config) as ex:
+            assert ex.unavailable and ex.route_reasons() == {"pytorch:no model for this machine": 5}
 
 
 def test_calls_before_the_model_is_loaded_pass_through_unmemoised(slice_model):

@@ -7,6 +7,7 @@ mechanics (grouping per GPU, coverage, loading, refusals), never the model's qua
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 import zlib
@@ -23,6 +24,7 @@ from algosel.learn.selector import JointModelWarning, Selector
 from algosel.records import load_records
 from algosel.records.environment import coverage, env_id, model_environments, same_family
 from algosel.records.store import RecordsError, write_part
+from algosel.testing import fake_gpu
 
 SLICE = Path(__file__).resolve().parents[1] / "data" / "samples" / "h200-slice"
 H100 = {
@@ -121,24 +123,22 @@ def test_coverage_exact_family_none():
     assert not same_family(h200, {"gpu_name": "x", "cudnn": 91900})  # a device that cannot say its capability
 
 
-def _fake_gpu(monkeypatch, name: str, capability: tuple[int, int], hardware: dict | None = None):
-    import algosel.records.environment as environment
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: name)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
-    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91900)
-    monkeypatch.setattr(environment, "_hardware_here", dict(hardware or {}))
+@pytest.fixture
+def as_gpu():
+    """``as_gpu(name, capability, hardware=None)``: this process has that GPU (cuDNN 9.19) until the test ends
+    (:func:`algosel.testing.fake_gpu`); a later call's GPU replaces an earlier one's."""
+    with contextlib.ExitStack() as stack:
+        yield lambda name, capability, hardware=None: stack.enter_context(fake_gpu(name, capability, hardware=hardware))
 
 
-def test_a_joint_model_loads_on_its_gpus_and_warns_once_on_a_gpu_of_their_family(joint, monkeypatch):
+def test_a_joint_model_loads_on_its_gpus_and_warns_once_on_a_gpu_of_their_family(joint, as_gpu):
     out, _ = joint
-    _fake_gpu(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0))
+    as_gpu("NVIDIA H100 80GB HBM3", (9, 0))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         sel = Selector.load(out)  # trained on this GPU: no warning, its own hardware
     assert sel.target["memory_bandwidth_gbps"] == H100["memory_bandwidth_gbps"]
-    _fake_gpu(monkeypatch, "NVIDIA H800", (9, 0), {"memory_bandwidth_gbps": 3350.0, "sm_count": 132})
+    as_gpu("NVIDIA H800", (9, 0), {"memory_bandwidth_gbps": 3350.0, "sm_count": 132})
     with pytest.warns(
         JointModelWarning, match=r"H800 has no model of its own; .*joint model of .*algosel sweep --quick"
     ):
@@ -147,7 +147,7 @@ def test_a_joint_model_loads_on_its_gpus_and_warns_once_on_a_gpu_of_their_family
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Selector.load(out)  # once per process and model
-    _fake_gpu(monkeypatch, "NVIDIA A100-SXM4-80GB", (8, 0))
+    as_gpu("NVIDIA A100-SXM4-80GB", (8, 0))
     with pytest.raises(SelectorError, match=r"A100.*make a model for this GPU with `algosel sweep --quick 20"):
         Selector.load(out)
 
@@ -170,22 +170,22 @@ def test_a_joint_model_ranks_for_the_hardware_it_is_given(joint):
     assert {c.candidate_id for c in ranked} == {c.candidate_id for c in as_main}  # the same list, ranked for each
 
 
-def test_the_default_model_of_an_h200_an_h100_and_an_h800_is_the_shipped_joint_model(monkeypatch):
+def test_the_default_model_of_an_h200_an_h100_and_an_h800_is_the_shipped_joint_model(as_gpu):
     """The one shipped model of the Hopper GPUs: the joint model of the H100 and H200 (models/joint-...)."""
     from algosel.learn.models import default_model_dir
 
-    _fake_gpu(monkeypatch, "NVIDIA H200", (9, 0))
+    as_gpu("NVIDIA H200", (9, 0))
     assert default_model_dir().name == "joint-h100-h200-cudnn91900"  # trained on it
-    _fake_gpu(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0))
+    as_gpu("NVIDIA H100 80GB HBM3", (9, 0))
     assert default_model_dir().name == "joint-h100-h200-cudnn91900"
-    _fake_gpu(monkeypatch, "NVIDIA H800", (9, 0))
+    as_gpu("NVIDIA H800", (9, 0))
     assert default_model_dir().name == "joint-h100-h200-cudnn91900"  # its family's joint model
 
 
-def test_the_hook_on_an_h800_uses_the_joint_model_with_one_warning_and_the_step_runs(monkeypatch):
+def test_the_hook_on_an_h800_uses_the_joint_model_with_one_warning_and_the_step_runs(as_gpu):
     from algosel.runtime import hook
 
-    _fake_gpu(monkeypatch, "NVIDIA H800", (9, 0), {"memory_bandwidth_gbps": 3350.0, "sm_count": 132})
+    as_gpu("NVIDIA H800", (9, 0), {"memory_bandwidth_gbps": 3350.0, "sm_count": 132})
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 8))
     x = torch.randn(2, 3, 8, 8)
@@ -203,11 +203,10 @@ def test_the_hook_on_an_h800_uses_the_joint_model_with_one_warning_and_the_step_
     assert not ex.unavailable
 
 
-def test_train_joint_on_the_command_line(two_gpus, tmp_path, capsys):
+def test_train_joint_on_the_command_line(two_gpus, joint, tmp_path, capsys):
     from algosel.cli import main
 
-    model = tmp_path / "one"
-    train_joint([SLICE, two_gpus / "h100"], SMALL, models_root=tmp_path, name="one")
+    model, _ = joint  # trained with SMALL: the settings --params-from reads
     # --num-leaves: a setting of its own over --params-from's (SMALL's 7; the manifest's params say which ran)
     argv = ["train", str(SLICE), str(two_gpus / "h100"), "--joint", "--params-from", str(model), "--models",
             str(tmp_path), "--name", "two", "--threads", "1", "--num-leaves", "5", "--no-progress"]  # fmt: skip
@@ -241,15 +240,15 @@ def test_a_joint_model_scores_records_of_any_of_its_gpus_without_force(joint, tw
         check_records_environment(sel, out, {"gpu_name": "NVIDIA A100", "cudnn": 91900})
 
 
-def test_a_joint_model_looks_up_the_records_of_the_gpu_it_ranks_for(joint, two_gpus, monkeypatch):
+def test_a_joint_model_looks_up_the_records_of_the_gpu_it_ranks_for(joint, two_gpus, as_gpu):
     out, _ = joint
     frame, _ = load_records(two_gpus / "h100")
     row = frame[frame["status"] == "ok"].iloc[0]
-    _fake_gpu(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0))
+    as_gpu("NVIDIA H100 80GB HBM3", (9, 0))
     sel = Selector.load(out)
     times = {r["candidate_id"]: r["time_ms_median"] for r in sel.catalogue.rows(row["problem_key"])}
     assert times[row["candidate_id"]] == pytest.approx(row["time_ms_median"])  # the H100's, not the H200's
-    _fake_gpu(monkeypatch, "NVIDIA H200", (9, 0))
+    as_gpu("NVIDIA H200", (9, 0))
     h200, _ = load_records(SLICE)
     mine = h200[(h200["problem_key"] == row["problem_key"]) & (h200["candidate_id"] == row["candidate_id"])]
     times = {r["candidate_id"]: r["time_ms_median"] for r in Selector.load(out).catalogue.rows(row["problem_key"])}

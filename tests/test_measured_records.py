@@ -25,14 +25,6 @@ ENV = {"env_id": "e0", "gpu_name": "NVIDIA H200", "cudnn": 91900, "torch": "2.11
 FC = ConvProblem(n=16, c=64, k=96, h=6, w=6, r=6, s=6, dtype="float32", layout="nchw")
 
 
-@pytest.fixture(scope="module")
-def shipped():
-    from algosel.learn.models import default_model_dir
-    from algosel.learn.selector import Selector
-
-    return Selector.load(default_model_dir())
-
-
 def test_what_verify_mode_measures_becomes_a_dataset(shipped, tmp_path):
     # 0.1 ms: a short call (under SwitchPolicy.verify_whole_list_ms), so only the shortlist and the default are timed
     measurer = Sweeper([], FakeTimer(lambda label: 0.1), {"env_id": "runtime"}, device="cpu", operand_sets=1,

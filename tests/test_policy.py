@@ -21,14 +21,6 @@ from algosel.runtime.policy import (
 from algosel.runtime.standins import CpuAsCuda, Preferring
 
 
-@pytest.fixture(scope="module")
-def shipped():
-    from algosel.learn.models import default_model_dir
-    from algosel.learn.selector import Selector
-
-    return Selector.load(default_model_dir())
-
-
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("min_gain_us", -1.0, "SwitchPolicy.min_gain_us must be a number >= 0, got -1.0"),
     ("probe_calls", 2.5, "SwitchPolicy.probe_calls must be an integer, got 2.5"),

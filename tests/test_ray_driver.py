@@ -58,10 +58,10 @@ class _FakeRay:
 
 
 def test_in_flight_is_twice_the_slots_and_a_cluster_without_room_is_one_line() -> None:
-    assert ray_sweep._Slots(_FakeRay({"CPU": 8.0, "GPU": 4.0}), {"num_gpus": 1}, None).limit() == 8
-    assert ray_sweep._Slots(_FakeRay({"CPU": 8.0, "GPU": 4.0}), {"num_gpus": 1}, 3).limit() == 3
+    assert ray_sweep.TaskSlots(_FakeRay({"CPU": 8.0, "GPU": 4.0}), {"num_gpus": 1}, None).limit() == 8
+    assert ray_sweep.TaskSlots(_FakeRay({"CPU": 8.0, "GPU": 4.0}), {"num_gpus": 1}, 3).limit() == 3
     with pytest.raises(ValueError, match=r"no room for a sweep task asking num_gpus=1: it has CPU 2, GPU 0$"):
-        ray_sweep._Slots(_FakeRay({"CPU": 2.0, "node:x": 1.0}), {"num_gpus": 1}, None).limit()
+        ray_sweep.TaskSlots(_FakeRay({"CPU": 2.0, "node:x": 1.0}), {"num_gpus": 1}, None).limit()
 
 
 def test_chunks_keep_the_order_of_the_cases() -> None:

@@ -104,17 +104,23 @@ def _run(row: Row) -> Row:
 
 
 def _run_in_process(row: Row) -> Row:
-    """:func:`_run` through ``algosel.cli.main`` (from the main thread: the command line sets signal handlers)."""
+    """:func:`_run` through ``algosel.cli.main`` in the row's folder (from the main thread: the command line sets
+    signal handlers)."""
     from algosel.cli import main
 
     row.before = _hashes(*row.unchanged)
     out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
     t0 = time.perf_counter()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = main(row.argv)
-        except SystemExit as exc:  # argparse's errors exit, as they end the process of a command line
-            status = exc.code
+    try:
+        os.chdir(row.cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = main(row.argv)
+            except SystemExit as exc:  # argparse's errors exit, as they end the process of a command line
+                status = exc.code
+    finally:
+        os.chdir(here)
     row.seconds = time.perf_counter() - t0
     row.result = subprocess.CompletedProcess(row.argv, status, out.getvalue(), err.getvalue())
     return row
@@ -237,13 +243,14 @@ def _rows(p: dict[str, Path]) -> dict[str, Row]:
     }  # fmt: skip
 
 
-#: Rows run through ``algosel.cli.main`` in this process instead of a subprocess (as tests/test_bad_inputs_cli.py
-#: does): their commands import torch, pandas and LightGBM (2-3 s of CPU a process), which this process has already
-#: imported; what is checked is the same. The others stay subprocesses: the truncated model's (a segmentation fault
-#: would end this process), those whose time test_errors_come_before_any_long_work compares, one or more a command.
+#: Rows run through ``algosel.cli.main`` in this process instead of a subprocess: their commands import torch,
+#: pandas and LightGBM (2-3 s of CPU a process), which this process has already imported; what is checked is the
+#: same. The others stay subprocesses, fresh interpreters (the bad-input files' rows are processes forked from one
+#: that imported the libraries: tests/cli_rows.py): the truncated model's (a segmentation fault would end this
+#: process), a warning's, those whose time test_errors_come_before_any_long_work compares, one or more a command.
 IN_PROCESS = ("train-0-row-part", "train-1-problem", "train-folds-1", "analyze-log-truncated-gz",
               "summarize-negative-times", "evaluate-model-of-another-gpu", "sweep-bad-shard", "predict-key-and-dtype",
-              "predict-bad-field")  # fmt: skip
+              "predict-bad-field", "train-over-an-existing-model", "summarize-corrupt-part")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -286,12 +293,11 @@ def test_a_truncated_shipped_model_is_refused_before_lightgbm_reads_it(tmp_path,
         load_default(models_root=tmp_path)
 
 
-def test_evaluate_refuses_a_truncated_model_and_the_hook_runs_pytorchs_without_it(inputs, tmp_path,
-                                                                                    monkeypatch) -> None:  # fmt: skip
-    """The other two loaders of the table's first row: ``algosel evaluate`` refuses it; the hook's default model
-    is refused with one warning naming it, and the executor runs PyTorch's own convolutions (tests/
-    test_hook_fallbacks.py runs a training step so)."""
-    import algosel.learn.models
+def test_evaluate_refuses_a_truncated_model_and_the_hook_runs_pytorchs_without_it(inputs, tmp_path) -> None:
+    """The other two loaders of the table's first row: ``algosel evaluate`` refuses it; the hook's model is refused
+    with one warning naming it, and the executor runs PyTorch's own convolutions (tests/test_hook_fallbacks.py runs
+    a training step so, where the hook's default model, ``load_default``, cannot load; the truncated file's refusal
+    by ``load_default`` is the test above's)."""
     from algosel.runtime.fallbacks import HookUnavailableWarning
     from algosel.runtime.hook import Executor
     from algosel.study.evaluation import run_evaluation
@@ -299,11 +305,8 @@ def test_evaluate_refuses_a_truncated_model_and_the_hook_runs_pytorchs_without_i
     with pytest.raises(SelectorError, match=r"model\.txt: \d+ bytes, the manifest records"):
         run_evaluation(str(inputs["truncated-50"]), [str(SLICE)], str(tmp_path / "e"), lono=False, progress=False)
     assert not (tmp_path / "e").exists()
-    shipped = tmp_path / "shipped"
-    shutil.copytree(inputs["truncated-50"], shipped / SHIPPED.name)
-    monkeypatch.setattr(algosel.learn.models, "SHIPPED_MODELS", shipped)
     with pytest.warns(HookUnavailableWarning, match=r"model\.txt: \d+ bytes, the manifest records"):
-        assert Executor().unavailable
+        assert Executor(selector=str(inputs["truncated-50"])).unavailable
 
 
 def test_a_damaged_catalogue_is_refused(tmp_path) -> None:

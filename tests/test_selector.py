@@ -87,29 +87,38 @@ def test_corrupt_catalogue(model_copy):
         Selector.load(model_copy)
 
 
-def test_another_gpu_is_refused_unless_forced(model_copy, monkeypatch):
-    import torch
+def test_another_gpu_is_refused_unless_forced(model_copy):
+    from algosel.testing import fake_gpu
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100-SXM4-80GB")
-    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
-    with pytest.raises(SelectorError, match="A100.*cuDNN 90100|another environment"):
-        Selector.load(model_copy)
-    with pytest.warns(UserWarning, match="another environment"):
-        Selector.load(model_copy, force=True)
+    with fake_gpu("NVIDIA A100-SXM4-80GB", (8, 0), cudnn=90100):
+        with pytest.raises(SelectorError, match="A100.*cuDNN 90100|another environment"):
+            Selector.load(model_copy)
+        with pytest.warns(UserWarning, match="another environment"):
+            Selector.load(model_copy, force=True)
 
 
-def test_choices_are_ranked_and_memoised(slice_model, slice_records, monkeypatch):
+class CountingRanker:
+    """A ranker that scores as ``ranker`` does and counts its calls (a Selector is made with it)."""
+
+    def __init__(self, ranker):
+        self.ranker, self.calls = ranker, []
+
+    def score(self, X):
+        self.calls.append(len(X))
+        return self.ranker.score(X)
+
+
+def test_choices_are_ranked_and_memoised(slice_model, slice_records):
     frame, _ = slice_records
-    sel = Selector.load(slice_model[0])
+    loaded = Selector.load(slice_model[0])
+    ranker = CountingRanker(loaded.ranker)
+    sel = Selector(ranker, loaded.manifest, loaded.catalogue.frame, loaded.time_model)
     p = ConvProblem.from_key(frame["problem_key"].iloc[0])
-    calls = []
-    real = sel.ranker.score
-    monkeypatch.setattr(sel.ranker, "score", lambda X: calls.append(len(X)) or real(X))
     first = sel.choose(p, top_k=3)
     assert len(first) == 3 and first[0].score >= first[1].score >= first[2].score
-    assert sel.choose(p, top_k=3) is first and len(calls) == 1
+    assert sel.choose(p, top_k=3) is first and len(ranker.calls) == 1
     assert first[0].source == "records"
+    assert [c.candidate_id for c in first] == [c.candidate_id for c in loaded.choose(p, top_k=3)]  # as loaded
 
 
 def test_workspace_limit_drops_candidates_known_to_need_more(slice_model, slice_records):

@@ -1,6 +1,5 @@
 """benchmarks/ranker_settings.py (the ranker's settings over seeds) on a third of the committed slice of the H200
-records; then tests of archived studies (benchmarks/archive/) that also pin the runtime's behaviour on real
-records, kept until library tests take that over.
+records, and benchmarks/pick_stability.py on made-up records.
 
 The script runs as a user runs it (a subprocess) for its scores and for the errors it finds before importing any
 library; the errors of ``--setting`` and ``--seeds`` (found after LightGBM's import, seconds of a process each) are
@@ -17,8 +16,6 @@ import pytest
 from conftest import REPO, SLICE, slice_third
 
 from algosel.candidates import DEFAULT_ID
-
-#: The archived studies the tests at the end still run (frozen scripts: see benchmarks/archive/README.md).
 
 
 def _refit_script_error(script: str, args: list[str]) -> subprocess.CompletedProcess:

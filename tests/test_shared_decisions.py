@@ -38,12 +38,13 @@ class _LoggedMeasurer:
                  "host_overhead_us": 5.0} for _, c in pairs]  # fmt: skip
 
 
-def _rank(rank: int, world: int, port: int, folder: str, delay_s: float) -> None:
-    """One rank: a DDP training loop of a small network through the hook in verify mode, the cache shared."""
+def _rank(rank: int, world: int, port: int, folder: str, delay_s: float, model_dir: str) -> None:
+    """One rank: a DDP training loop of a small network through the hook in verify mode, the cache shared;
+    ``model_dir`` the selector's candidates (any model: the stand-in prefers GEMM lowering and predicts the times)."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from algosel.learn.models import load_default
+    from algosel.learn.selector import Selector
     from algosel.runtime import hook
     from algosel.runtime.cache import RuntimeCache
     from algosel.runtime.standins import FakeDevice, Preferring
@@ -55,7 +56,7 @@ def _rank(rank: int, world: int, port: int, folder: str, delay_s: float) -> None
     model = DistributedDataParallel(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     cache = RuntimeCache(folder, {"gpu_name": "a GPU of the job", "cudnn": 1})
-    ex = hook.Executor(selector=Preferring(load_default(), "gemm", recorded=False), verify=3, live=False,
+    ex = hook.Executor(selector=Preferring(Selector.load(model_dir), "gemm", recorded=False), verify=3, live=False,
                        cache=cache, measurer=_LoggedMeasurer(os.path.join(folder, "timed.jsonl"), rank, delay_s),
                        device_probe=FakeDevice(can_time=True), look_first=False, probe_calls=0)  # fmt: skip
     torch.manual_seed(rank)
@@ -70,10 +71,10 @@ def _rank(rank: int, world: int, port: int, folder: str, delay_s: float) -> None
     dist.destroy_process_group()
 
 
-def test_the_ranks_of_a_job_time_each_problem_once_and_run_the_same_decisions(tmp_path):
+def test_the_ranks_of_a_job_time_each_problem_once_and_run_the_same_decisions(tmp_path, slice_model):
     import torch.multiprocessing as mp
 
-    mp.spawn(_rank, args=(2, _free_port(), str(tmp_path), 0.3), nprocs=2, join=True)
+    mp.spawn(_rank, args=(2, _free_port(), str(tmp_path), 0.3, str(slice_model[0])), nprocs=2, join=True)
     timed = [json.loads(line) for line in (tmp_path / "timed.jsonl").read_text().splitlines()]
     problems = [t["problem"] for t in timed]
     assert problems and len(problems) == len(set(problems)), timed  # once per job, not once per rank
@@ -105,11 +106,11 @@ def test_waiting_for_a_decision_ends_when_it_lands_or_at_the_timeout():
     assert wait_for(lambda: None, 1.0, poll_s=0.4, clock=lambda: next(ticks), sleep=lambda s: None) is None
 
 
-def test_a_rank_that_waits_in_vain_times_the_problem_itself(tmp_path):
+def test_a_rank_that_waits_in_vain_times_the_problem_itself(tmp_path, slice_model):
     """Another process holds the claim and never decides: past ``shared_wait_s`` this process times it itself."""
     import dataclasses
 
-    from algosel.learn.models import load_default
+    from algosel.learn.selector import Selector
     from algosel.problem import ConvProblem
     from algosel.runtime import hook
     from algosel.runtime.cache import RuntimeCache
@@ -120,8 +121,8 @@ def test_a_rank_that_waits_in_vain_times_the_problem_itself(tmp_path):
     problem = ConvProblem(n=64, c=256, k=512, h=6, w=6, r=6, s=6)
     assert ProblemClaims(cache.folder, stale_s=60.0).claim(problem.key)  # held by "another process" (this one)
     measurer = _LoggedMeasurer(str(tmp_path / "timed.jsonl"), 0, 0.0)
-    ex = hook.Executor(selector=Preferring(load_default(), "gemm", recorded=False), verify=3, live=False, cache=cache,
-                       measurer=measurer, device_probe=FakeDevice(can_time=True),
+    ex = hook.Executor(selector=Preferring(Selector.load(slice_model[0]), "gemm", recorded=False), verify=3,
+                       live=False, cache=cache, measurer=measurer, device_probe=FakeDevice(can_time=True),
                        policy=dataclasses.replace(DEFAULT_POLICY, shared_wait_s=0.0))  # fmt: skip
     d = ex.decide(problem, torch.device("cpu"))
     assert d.source == "measured" and d.candidate_id.startswith("gemm:") and ex.measured_problems == 1

@@ -1,5 +1,5 @@
 """docs/tutorial.md: every command that runs without a GPU is run here, as written, in a temporary directory
-(a block of ``algosel`` command lines through the command line's ``main`` in this process, any other in bash).
+(``algosel`` command lines through the command line's ``main`` in this process, any other line in bash).
 
 Each ```bash block of the tutorial starts with a marker line:
 
@@ -84,28 +84,37 @@ def _mynet_sweep(workdir: Path) -> None:
 
 
 def _run_block(commands: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """A block's commands as written: a block of ``algosel`` command lines alone through the command line's
-    ``main`` in this process, line by line (each new process would import torch, pandas and LightGBM again, seconds
-    of CPU; the ``algosel`` entry point itself is tests/test_install.py's); any other block in bash."""
-    lines = [line for line in commands.splitlines() if line.strip()]
-    if not all(line.startswith("algosel ") for line in lines):
-        return subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", commands], cwd=cwd, env=env, capture_output=True, text=True,
-            timeout=900, check=False,
-        )  # fmt: skip
+    """A block's commands as written, in order, stopping at the first that fails: its ``algosel`` command lines
+    through the command line's ``main`` in this process (each new process would import torch, pandas and LightGBM
+    again, seconds of CPU; the ``algosel`` entry point itself is tests/test_install.py's), the lines between them
+    in bash, each run of them in one ``bash -euo pipefail``."""
     from algosel.cli import main
 
+    lines = [line for line in commands.splitlines() if line.strip()]
+    runs = [[lines[0]]]
+    for line in lines[1:]:
+        if line.startswith("algosel ") or runs[-1][-1].startswith("algosel "):
+            runs.append([line])
+        else:
+            runs[-1].append(line)
     out, err, status = io.StringIO(), io.StringIO(), 0
-    here = os.getcwd()
-    os.chdir(cwd)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            for line in lines:
-                status = main(shlex.split(line)[1:])
-                if status:
-                    break
-    finally:
-        os.chdir(here)
+    for run in runs:
+        if not run[0].startswith("algosel "):
+            got = subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(run)], cwd=cwd, env=env,
+                                 capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
+            out.write(got.stdout)
+            err.write(got.stderr)
+            status = got.returncode
+        else:
+            here = os.getcwd()
+            os.chdir(cwd)
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    status = main(shlex.split(run[0])[1:])
+            finally:
+                os.chdir(here)
+        if status:
+            break
     return subprocess.CompletedProcess(commands, status, out.getvalue(), err.getvalue())
 
 

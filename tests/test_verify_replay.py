@@ -28,14 +28,6 @@ def mynet():
     return catalogue, problems
 
 
-@pytest.fixture(scope="module")
-def shipped():
-    from algosel.learn.models import default_model_dir
-    from algosel.learn.selector import Selector
-
-    return Selector.load(default_model_dir())
-
-
 def _replay(shipped, catalogue, problems, policy=DEFAULT_POLICY):
     """Each problem's decision, and the recorded device time of what it runs, of the default and of the best."""
     measurer = RecordedMeasurer(catalogue)

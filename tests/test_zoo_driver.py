@@ -53,22 +53,27 @@ def test_the_paired_job_writes_a_row_per_dtype_and_the_table(tmp_path):
 
 def test_repeated_processes_are_pooled_in_the_table(tmp_path):
     """``--processes 2``: each job twice, each in a new process pinned by ``--cpus``; the table pools the two.
-    ``--dtypes float32``: that dtype's steps alone; ``--aa``: the default a second time in the rotation."""
+    ``--dtypes float32``: that dtype's steps alone; ``--aa``: the default a second time in the rotation.
+    ``--no-look-first``: verify mode times at a signature's first call, its first pass alone (no passes counted
+    until every signature is decided: the first passes are the cold job's too), in a row of its own configuration
+    (as results from before looking first was the default)."""
     out = tmp_path / "zoo.jsonl"
     env = {**os.environ, "ALGOSEL_ZOO_SMOKE": "1", "OMP_NUM_THREADS": "1", "ALGOSEL_CACHE_DIR": str(tmp_path / "cache")}
     cmd = [sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--nets", "mynet", "--jobs", "paired", "--device",
            "cpu", "--rounds", "2", "--slot-steps", "1", "--processes", "2", "--cpus", "0", "--dtypes", "float32",
-           "--aa", "--out", str(out)]  # fmt: skip
+           "--aa", "--no-look-first", "--out", str(out)]  # fmt: skip
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted((r["dtype"], r["process"]) for r in rows) == [("float32", 0), ("float32", 1)]
     assert all("error" not in r and r["verify_cold_first_pass_s"] > 0 for r in rows)
     assert all(r["inputs"] == r["slot_steps"] == 1 for r in rows)  # one input size: one step a slot
-    assert "| mynet (x2 processes) | float32 |" in res.stdout
+    # a row apart from verify mode's other configuration, pooled over the two processes
+    assert "| mynet (x2 processes) | float32, timing at first call |" in res.stdout
+    assert all(r["verify_look_first"] is False and "verify_cold_passes" not in r for r in rows)
     # --aa: the default again, in a slot of its own, paired with the default like the hook's modes
     assert all(len(r["again_steps_ms"]) == len(r["default_steps_ms"]) == 2 for r in rows)
-    assert "A/A, the default against itself (mynet, float32): " in res.stdout
+    assert "A/A, the default against itself (mynet, float32, timing at first call): " in res.stdout
 
 
 def _cold(tmp_path, *flags: str) -> tuple[dict[str, dict], str]:
@@ -100,20 +105,15 @@ def test_the_cold_job_writes_the_first_passes_and_their_ratio_to_tuning(cold_job
     assert f"over 1: geomean {ratio:.3f}, largest {ratio:.3f}" in stdout
 
 
-def test_looking_first_counts_verify_mode_s_cold_cost_until_every_signature_is_decided(cold_job, tmp_path,
-                                                                                        monkeypatch):  # fmt: skip
+def test_looking_first_counts_verify_mode_s_cold_cost_until_every_signature_is_decided(cold_job, monkeypatch):
     """Verify mode's executor looks before timing (the default); the cold job counts its passes until nothing
-    is left undecided (on the CPU nothing is timed, so one pass), and the row says so. ``--no-look-first``: the
-    first pass alone, in a row of its own (as results from before looking first was the default)."""
+    is left undecided (on the CPU nothing is timed, so one pass), and the row says so. ``--no-look-first`` (the
+    first pass alone, in a row of its own) is test_repeated_processes_are_pooled_in_the_table's."""
     looking, stdout = cold_job
     assert "| mynet | float32 |" in stdout
     row = looking["float32"]
     assert row["verify_look_first"] is True and row["verify_cold_passes"] == 1
     assert row["verify_cold_first_pass_s"] == row["verify_cold_raw_s"] > 0 and row["default_steady_pass_s"] > 0
-    rows, stdout = _cold(tmp_path, "--dtypes", "float32", "--no-look-first")
-    (at_first,) = rows.values()
-    assert "| mynet | float32, timing at first call |" in stdout  # a row apart from verify mode's other configuration
-    assert at_first["verify_look_first"] is False and "verify_cold_passes" not in at_first
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     import zoo
 

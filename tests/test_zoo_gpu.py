@@ -84,18 +84,18 @@ def test_the_tables_give_the_busy_fraction_the_ratios_and_the_card(gpu_zoo):
 
 def test_force_loads_the_shipped_model_for_this_gpu_whatever_it_was_made_for(gpu_zoo, monkeypatch):
     zoo, _ = gpu_zoo
-    import algosel.learn.selector
-
     loaded = []
-    monkeypatch.setattr(algosel.learn.selector.Selector, "load",
-                        classmethod(lambda cls, path, force=False: loaded.append((path, force)) or "sel"))  # fmt: skip
-    monkeypatch.setattr(zoo, "_selectors", {})
+
+    def load(path, force=False):  # Selector.load's stand-in
+        loaded.append((path, force))
+        return "sel"
+
     monkeypatch.setattr(zoo, "MODEL", None)
     monkeypatch.setattr(zoo, "FORCE", False)
     monkeypatch.setattr(zoo, "SMOKE", False)  # (the smoke run adds its CPU-as-GPU device seam)
-    assert zoo.selector_kwargs() == {} and loaded == []  # the hook's own choice of model
+    assert zoo.selector_kwargs(load) == {} and loaded == []  # the hook's own choice of model
     monkeypatch.setattr(zoo, "FORCE", True)
-    assert zoo.selector_kwargs() == {"selector": "sel"}
+    assert zoo.selector_kwargs(load) == {"selector": "sel"}
     assert loaded[0][0].endswith("joint-h100-h200-cudnn91900") and loaded[0][1] is True
 
 

@@ -152,9 +152,10 @@ def _worker_died_errors(ray) -> tuple[type[BaseException], ...]:
     return tuple(getattr(ray.exceptions, n) for n in names if hasattr(ray.exceptions, n))
 
 
-class _Slots:
+class TaskSlots:
     """Tasks to keep submitted: ``max_in_flight``, or twice the task slots of the cluster, read again every
-    ``_RESIZE_EVERY_S`` so that nodes joining are used."""
+    ``_RESIZE_EVERY_S`` so that nodes joining are used. ``ray``: the ``ray`` module, or anything with its
+    ``cluster_resources()``."""
 
     def __init__(self, ray, request: Mapping[str, float], max_in_flight: int | None):
         self.ray, self.request, self.fixed = ray, request, max_in_flight
@@ -213,7 +214,7 @@ def run_ray_sweep(
 
     ray = require_ray()
     remote = _remote_chunks(ray, task_resources, max_retries)
-    slots = _Slots(ray, task_resources, max_in_flight)
+    slots = TaskSlots(ray, task_resources, max_in_flight)
     out_dir = Path(out_dir)
     tag, journal, inflight_path = _shard_files(out_dir, shard)
     report = RaySweepReport()
@@ -265,7 +266,7 @@ class _Tasks:
     pending: dict[Any, list[SweepCase]] = field(default_factory=dict)
     task_s: list[float] = field(default_factory=list)  # the time each finished task took
 
-    def run(self, slots: _Slots, stop: StopSignals, time_budget_s: float | None, bar: Any,
+    def run(self, slots: TaskSlots, stop: StopSignals, time_budget_s: float | None, bar: Any,
             on_died: Callable[[list[SweepCase], BaseException], None]) -> None:  # fmt: skip
         """Submit and collect tasks until none is left, the budget allows no further one, or a signal came; then
         cancel those still pending (nothing of this sweep keeps running on the cluster) and close ``bar``."""

@@ -6,11 +6,12 @@ GPUs or cuDNN versions can live in one dataset and the ranker can learn from har
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 #: Hardware fields the ranker uses as features (numbers, the same on every machine of one kind).
@@ -89,9 +90,15 @@ def gpu_slug(env: dict[str, Any]) -> str:
     return f"{name}-cudnn{env.get('cudnn', 0)}"
 
 
+#: What :func:`described_as` says this process's GPU is ("gpu") and has ("hardware"), while it does.
+_described: dict[str, dict[str, Any]] = {}
+
+
 def visible_gpu() -> dict[str, Any] | None:
     """``{"gpu_name": ..., "cudnn": ..., "compute_capability": ...}`` of this process's CUDA device; ``None``
-    without a usable one."""
+    without a usable one. Inside :func:`described_as` given a ``gpu``, that one."""
+    if "gpu" in _described:
+        return dict(_described["gpu"])
     try:
         import torch  # noqa: PLC0415
 
@@ -113,7 +120,10 @@ _hardware_here: dict[str, Any] | None = None
 
 def visible_hardware() -> dict[str, Any]:
     """The :data:`HARDWARE_FIELDS` of this process's CUDA device (:func:`collect_environment`, read once); empty
-    without a usable GPU. A joint model ranks for these on a GPU it was not trained on."""
+    without a usable GPU. A joint model ranks for these on a GPU it was not trained on. Inside
+    :func:`described_as` given a ``hardware``, that one."""
+    if "hardware" in _described:
+        return dict(_described["hardware"])
     global _hardware_here  # noqa: PLW0603 - one device description per process
     if _hardware_here is None:
         try:
@@ -122,6 +132,26 @@ def visible_hardware() -> dict[str, Any]:
             return {}
         _hardware_here = {f: env[f] for f in HARDWARE_FIELDS if env.get(f)}
     return dict(_hardware_here)
+
+
+@contextlib.contextmanager
+def described_as(gpu: Mapping[str, Any] | None = None, hardware: Mapping[str, Any] | None = None) -> Iterator[None]:
+    """Within the block, this process's GPU is ``gpu`` (what :func:`visible_gpu` returns: ``gpu_name``, ``cudnn``,
+    ``compute_capability``) and its hardware ``hardware`` (what :func:`visible_hardware` returns), each where given;
+    after it, what they were. The whole process sees it, every thread; blocks nest.
+
+    For running as another GPU without patching this module: which model loads, which GPU it ranks for, what it
+    refuses (tests/conftest.py's GPU tests on a GPU without a model of its own, :func:`algosel.testing.fake_gpu`)."""
+    saved = dict(_described)
+    if gpu is not None:
+        _described["gpu"] = dict(gpu)
+    if hardware is not None:
+        _described["hardware"] = dict(hardware)
+    try:
+        yield
+    finally:
+        _described.clear()
+        _described.update(saved)
 
 
 def mismatches(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> list[str]:

@@ -124,6 +124,21 @@ class _PreparedEngine(PreparedCandidate):
         except Exception as exc:  # noqa: BLE001 - the frontend raises several types for one meaning
             raise CandidateError("build_failed", f"{type(exc).__name__}: {exc}") from exc
 
+    @property
+    def graph(self) -> Any:
+        """The frontend's graph (``cudnn.pygraph``) that holds the built plan."""
+        return self._mg.graph
+
+    @property
+    def tensors(self) -> dict[str, Any]:
+        """The graph's ``x``, ``w`` and ``y`` tensors (the variant pack's mapping form is keyed by them)."""
+        return self._mg.tensors
+
+    @property
+    def plan_index(self) -> int:
+        """The built plan's index in :attr:`graph`."""
+        return self._index
+
     def run(self, ops: Operands) -> torch.Tensor:
         # Workspace from PyTorch's caching allocator on every call: freed blocks return to the pool of the current
         # stream, so many cached plans do not each hold their workspace.
@@ -215,6 +230,11 @@ class CudnnGraphSpace(CandidateSpace):
         g.create_execution_plans([getattr(cudnn.heur_mode, m.upper()) for m in modes])
         names = [g.get_plan_name_at_index(i) for i in range(g.get_execution_plan_count())]
         return _ModeGraph(graph=g, tensors={"x": x, "w": w, "y": y}, names=names)
+
+    def plain_graph(self, problem: ConvProblem) -> Any:
+        """The problem's operation graph (``cudnn.pygraph``, built and validated) without any heuristic query: a
+        config is added to it by ``create_execution_plan(engine, knobs)``."""
+        return self._graph(problem, []).graph
 
     def enumerate(self, problem: ConvProblem, modes: tuple[str, ...] | None = None) -> list[Candidate]:
         """The engine configs of the heuristic ``modes``' lists (of ``a``, ``b``, ``fallback``; None: all three),
