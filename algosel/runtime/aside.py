@@ -17,6 +17,7 @@ or when the main thread has ended, so it never holds a process open.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -40,11 +41,17 @@ class DecidingAside:
         ``prepared(problem)``: whether a decision is kept for ``problem``.
     idle_s : float
         Seconds the worker waits for more work before it ends.
+    rest_per_work : float
+        After each problem the worker sleeps this many times as long as deciding it took (at most ``max_rest_s``):
+        deciding holds the GIL most of the time (the model's trees are evaluated in NumPy), and a step's thread that
+        wants it back waits; resting as long as it worked leaves the step's thread at least half of it.
     """
 
     def __init__(self, prepare: Callable[[ConvProblem, torch.device], None],
-                 prepared: Callable[[ConvProblem], bool], idle_s: float = 0.5):  # fmt: skip
+                 prepared: Callable[[ConvProblem], bool], idle_s: float = 0.5, rest_per_work: float = 1.0,
+                 max_rest_s: float = 0.01):  # fmt: skip
         self._prepare, self._prepared, self.idle_s = prepare, prepared, float(idle_s)
+        self.rest_per_work, self.max_rest_s = float(rest_per_work), float(max_rest_s)
         self._queue: deque[tuple[ConvProblem, torch.device]] = deque()
         self._queued: set[ConvProblem] = set()
         self._wake = threading.Condition()
@@ -93,6 +100,7 @@ class DecidingAside:
                     self._queue.clear()
                     return
                 problem, device = self._queue.popleft()
+            t0 = time.perf_counter()
             try:
                 self._prepare(problem, device)
                 self.decided += 1
@@ -101,3 +109,4 @@ class DecidingAside:
             finally:
                 with self._wake:
                     self._queued.discard(problem)
+            time.sleep(min(self.max_rest_s, self.rest_per_work * (time.perf_counter() - t0)))

@@ -89,11 +89,12 @@ class Decider:
     def take(self, problem: ConvProblem, device: torch.device) -> Decision:
         """``problem``'s decision: the one :meth:`before_timing` or :meth:`prepare` made, else :meth:`decide`'s (also
         where the one prepared beside the step leaves timing to this thread)."""
-        with self._deciding:
-            known = self._known.pop(problem, None)
-            if known is None or known.reason == TIME_ON_STEP:
-                return self.decide(problem, device)
-            return known
+        # no lock for a decision kept (one dict operation): the deciding thread holds the lock for a whole problem
+        # at a time, and a step that waited for it at every new signature lost more than deciding costs
+        known = self._known.pop(problem, None)
+        if known is None or known.reason == TIME_ON_STEP:
+            return self.decide(problem, device)
+        return known
 
     def prepare(self, problem: ConvProblem, device: torch.device) -> None:
         """Decide ``problem`` beside the step (:mod:`algosel.runtime.aside`): everything but timing, kept for
