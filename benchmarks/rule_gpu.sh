@@ -28,8 +28,9 @@ ms() {  # ms <dir> <budget_s> <zoo_gpu.py args...>: a multi-scale run into its o
 }
 fits 100 && ms "$OUT/logs/detector" 90 --dtypes amp,float32 --nets detector_ms30 --jobs run_default,run_rule
 echo "detector: $SECONDS s"
-if [ "${SKIP_GPU_TESTS:-0}" != 1 ] && fits 200; then
-    OUT="$OUT/logs/ci" timeout 200 bash .ci/gpu > "$OUT/logs/ci_gpu.txt" 2>&1
+if [ "${SKIP_GPU_TESTS:-0}" != 1 ] && fits "${GPU_TESTS_S:-200}"; then
+    # GPU_TESTS: pytest arguments (a selection; default: every GPU test .ci/gpu runs)
+    OUT="$OUT/logs/ci" timeout 200 bash .ci/gpu ${GPU_TESTS:-} > "$OUT/logs/ci_gpu.txt" 2>&1
     cp "$OUT/logs/ci/gpu_tests.log" "$OUT/logs/ci/gpu_tests.xml" "$OUT/" 2>/dev/null
     echo "gpu tests: $SECONDS s"
 fi
