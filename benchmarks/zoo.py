@@ -115,7 +115,7 @@ BUILDERS: dict = {}
 
 
 # ----------------------------------------------------------------------------------------------- one job
-def _build(name: str, dtype: str, device: str):
+def build_network(name: str, dtype: str, device: str):
     import torch
 
     from algosel.measure.suites import FPNHead
@@ -168,7 +168,7 @@ def _build(name: str, dtype: str, device: str):
     return step, len(inputs)
 
 
-def _mode(mode: str, hook):
+def mode_context(mode: str, hook):
     """The context each mode's steps run in. Prediction mode keeps its decisions in a cache of its own, so that it
     does not reuse what verify mode measured in the same run; the control passes every convolution through."""
     from algosel.runtime.native import cache_root
@@ -246,16 +246,16 @@ def _cpu_as_cuda():
     return CpuAsCuda()
 
 
-def _run_steps(step, ctx, count: int, first: int = 0) -> None:
+def run_steps(step, ctx, count: int, first: int = 0) -> None:
     for i in range(first, first + count):
         with ctx():
             step(i)
 
 
-def _wall_s(step, ctx, count: int, sync, first: int = 0) -> float:
+def wall_s(step, ctx, count: int, sync, first: int = 0) -> float:
     sync()
     t0 = time.perf_counter()
-    _run_steps(step, ctx, count, first)
+    run_steps(step, ctx, count, first)
     sync()
     return time.perf_counter() - t0
 
@@ -286,7 +286,7 @@ def rotate(step, ctx: dict, rounds: int, steps: int, sync, host: dict | None = N
                 before = thread_cpu_ns() if threads is not None else None
                 with slots[m]() if slots else contextlib.nullcontext():
                     t0, c0 = time.perf_counter(), time.process_time()
-                    _run_steps(step, ctx[m], steps)
+                    run_steps(step, ctx[m], steps)
                     cpu_s = time.process_time() - c0
                     sync()
                     times[m].append(1e3 * (time.perf_counter() - t0) / steps)
@@ -363,7 +363,7 @@ def _host_ms(step, ctx, count: int, sync) -> float:
     included."""
     sync()
     t0 = time.process_time()
-    _run_steps(step, ctx, count)
+    run_steps(step, ctx, count)
     host = time.process_time() - t0
     sync()
     return 1e3 * host / count
@@ -376,7 +376,7 @@ def _kernel_ms(step, ctx, n_inputs: int) -> float:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        _run_steps(step, ctx, n_inputs)
+        run_steps(step, ctx, n_inputs)
         torch.cuda.synchronize()
     total_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
     return total_us / 1e3 / n_inputs
@@ -386,20 +386,20 @@ def _first_passes(step, ctx: dict, n: int, sync, out: dict) -> None:
     """The first pass of each mode, in this order: PyTorch's default (its plans are warm after it), verify mode with
     an empty persistent cache (cold: it measures the new problems worth it), prediction mode, and benchmark mode's
     tuning where it runs in this process."""
-    out["default_first_pass_s"] = _wall_s(step, ctx["default"], n, sync)
+    out["default_first_pass_s"] = wall_s(step, ctx["default"], n, sync)
     ex = _executor(ctx, "verify")  # the executor of the verify mode's configuration (its own cache folder)
     before = ex.planning_s, ex.measured_problems  # counted per executor: a process's earlier dtype's too
     t0 = time.perf_counter()
-    out["verify_cold_first_pass_s"] = _wall_s(step, ctx["verify"], n, sync)
+    out["verify_cold_first_pass_s"] = wall_s(step, ctx["verify"], n, sync)
     out["verify_look_first"] = LOOK_FIRST
     if LOOK_FIRST:  # the timing comes after the looks: count every pass until no signature is undecided
-        _settle(step, ctx, n, sync, out)
+        settle_verify(step, ctx, n, sync, out)
     out["verify_planning_s"] = ex.planning_s - before[0]
     out["verify_measured_problems"] = ex.measured_problems - before[1]
     out["verify_cold_total_s"] = time.perf_counter() - t0
-    out["predict_first_pass_s"] = _wall_s(step, ctx["predict"], n, sync)
+    out["predict_first_pass_s"] = wall_s(step, ctx["predict"], n, sync)
     if TUNED in ctx:  # its tuning: every shape is new to its plan keys
-        out["tuned_first_pass_s"] = _wall_s(step, ctx[TUNED], n, sync)
+        out["tuned_first_pass_s"] = wall_s(step, ctx[TUNED], n, sync)
 
 
 def _executor(ctx, mode: str):
@@ -415,21 +415,21 @@ def _executor(ctx, mode: str):
 _executors: dict = {}
 
 
-def _undecided(ctx, mode: str = "verify") -> int:
+def undecided_count(ctx, mode: str = "verify") -> int:
     """Call signatures of the mode's executor still looking at the device or on probation, and its step trial
     while under way or due (``Executor.deciding``)."""
     return _executor(ctx, mode).deciding()
 
 
-def _settle(step, ctx: dict, n: int, sync, out: dict) -> None:
+def settle_verify(step, ctx: dict, n: int, sync, out: dict) -> None:
     """Verify mode's passes after its first until every signature is decided (at most :data:`SETTLE_PASSES`), and
     the cold cost as one first pass: their time and the first pass's, less the default's steady pass for each
     pass after the first. Compared with benchmark mode's tuning as the first pass alone is without looking."""
     passes, total = 1, out["verify_cold_first_pass_s"]
-    while passes < SETTLE_PASSES and _undecided(ctx):
-        total += _wall_s(step, ctx["verify"], n, sync)
+    while passes < SETTLE_PASSES and undecided_count(ctx):
+        total += wall_s(step, ctx["verify"], n, sync)
         passes += 1
-    steady = _wall_s(step, ctx["default"], n, sync)
+    steady = wall_s(step, ctx["default"], n, sync)
     out["verify_cold_passes"], out["verify_cold_raw_s"], out["default_steady_pass_s"] = passes, total, steady
     out["verify_cold_first_pass_s"] = total - (passes - 1) * steady
 
@@ -440,10 +440,10 @@ def job_cold(name: str, dtype: str, device: str = "cuda") -> dict:
 
     from algosel.runtime import hook
 
-    step, n = _build(name, dtype, device)
+    step, n = build_network(name, dtype, device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     modes = ("default", "verify", "predict", *((TUNED,) if dtype == "amp" else ()))
-    ctx = {m: _mode(m, hook) for m in modes}
+    ctx = {m: mode_context(m, hook) for m in modes}
     out: dict = {"net": name, "dtype": dtype, "job": "cold", "batch": NETS[name][0], "inputs": n}
     if MODEL:
         out["model"] = MODEL
@@ -456,29 +456,29 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
 
     from algosel.runtime import hook
 
-    step, n = _build(name, dtype, device)
+    step, n = build_network(name, dtype, device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     modes = (*MODES, TUNED) if dtype == "amp" else MODES
     modes = (*modes, AGAIN) if AA else modes
-    ctx = {m: _mode(m, hook) for m in modes}
+    ctx = {m: mode_context(m, hook) for m in modes}
     rounds = 2 if SMOKE else rounds
     out: dict = {"net": name, "dtype": dtype, "job": "paired", "batch": NETS[name][0], "inputs": n}
     if MODEL:
         out["model"] = MODEL
     _first_passes(step, ctx, n, sync, out)
     for m in modes:
-        _run_steps(step, ctx[m], 2)
+        run_steps(step, ctx[m], 2)
     # prediction mode's probation and step trial run their course before the timed rotation, as verify mode's did
     # in its settle passes (a steady state, not the blocks that decide it)
-    settle = 0
+    settle_passes = 0
     for _ in range(SETTLE_PASSES):
-        if not _undecided(ctx, "predict"):
+        if not undecided_count(ctx, "predict"):
             break
-        _run_steps(step, ctx["predict"], n)
-        settle += 1
+        run_steps(step, ctx["predict"], n)
+        settle_passes += 1
     # steps until the hook's default mode had decided everything (its model loads beside the steps, its decisions
     # are made beside them): the first pass, the two warm-up steps, the settle passes
-    out["predict_settled_after_steps"] = n + 2 + settle * n
+    out["predict_settled_after_steps"] = n + 2 + settle_passes * n
     out["predict_model_load_s"] = round(_executor(ctx, "predict").model.seconds, 3)
     # Slots of a few steps (a pass over the inputs for the FPN) in rotation (D P V N, N V P D, then pairs of rounds
     # in orders drawn at random), each timed to its end: host-bound steps of this machine vary by 30% from block to
@@ -509,7 +509,7 @@ def job_paired(name: str, dtype: str, device: str = "cuda", rounds: int = 30, sl
     for m in ("verify", "predict"):
         # calls of one more pass by route (empty where the executor steps aside), and its routes by reason
         hook.reset_stats()
-        _run_steps(step, ctx[m], n)
+        run_steps(step, ctx[m], n)
         out[f"{m}_stats"] = hook.stats()
         ex = _executor(ctx, m)
         out[f"{m}_routes"], out[f"{m}_blocks_aside"] = ex.route_reasons(), ex.blocks_aside
@@ -529,15 +529,15 @@ def job_benchmark(name: str, dtype: str, device: str = "cuda", blocks: int = 4, 
     import torch
 
     torch.backends.cudnn.benchmark = True
-    step, n = _build(name, dtype, device)
+    step, n = build_network(name, dtype, device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     ctx = contextlib.nullcontext
     out: dict = {"net": name, "dtype": dtype, "job": "benchmark", "batch": NETS[name][0], "inputs": n}
-    out["benchmark_first_pass_s"] = _wall_s(step, ctx, n, sync)
-    _run_steps(step, ctx, 2)
+    out["benchmark_first_pass_s"] = wall_s(step, ctx, n, sync)
+    run_steps(step, ctx, 2)
     per_block = max(per_block, n)
     out["benchmark_step_ms"] = statistics.median(
-        1e3 * _wall_s(step, ctx, per_block, sync) / per_block for _ in range(blocks)
+        1e3 * wall_s(step, ctx, per_block, sync) / per_block for _ in range(blocks)
     )
     # Host and kernel time as the paired job measures them: the step time of this separate process is compared
     # with the paired job's across processes (host-bound steps differ by up to 15% between processes), its kernel
@@ -554,14 +554,14 @@ def job_warm(name: str, dtype: str, device: str = "cuda") -> dict:
 
     from algosel.runtime import hook
 
-    step, n = _build(name, dtype, device)
+    step, n = build_network(name, dtype, device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     out: dict = {"net": name, "dtype": dtype, "job": "warm", "batch": NETS[name][0], "inputs": n}
-    out["default_first_pass_s"] = _wall_s(step, _mode("default", hook), n, sync)
-    verify = _mode("verify", hook)
+    out["default_first_pass_s"] = wall_s(step, mode_context("default", hook), n, sync)
+    verify = mode_context("verify", hook)
     with verify() as ex:
         before = ex.measured_problems  # the executor is the process's: an earlier dtype's count is in it
-    out["verify_warm_first_pass_s"] = _wall_s(step, verify, n, sync)
+    out["verify_warm_first_pass_s"] = wall_s(step, verify, n, sync)
     with verify() as ex:
         # more than 0: the cache was not warm for these problems (the paired job that fills it ran elsewhere)
         out["verify_warm_measured_problems"] = ex.measured_problems - before
@@ -572,7 +572,7 @@ JOBS = {"paired": job_paired, "cold": job_cold, "benchmark": job_benchmark, "war
 
 
 # ----------------------------------------------------------------------------------------------- driving
-def _cpu_set(text: str) -> set[int]:
+def cpu_set(text: str) -> set[int]:
     """``0-3,8`` -> {0, 1, 2, 3, 8}."""
     cpus: set[int] = set()
     for part in text.split(","):
@@ -595,7 +595,7 @@ def _model_name() -> str | None:
 
 def _child(args) -> int:
     if args.cpus:
-        os.sched_setaffinity(0, _cpu_set(args.cpus))  # before torch starts its threads: they inherit it
+        os.sched_setaffinity(0, cpu_set(args.cpus))  # before torch starts its threads: they inherit it
     for dtype in args.dtype.split(","):
         try:
             kwargs = {"rounds": args.rounds, "slot_steps": args.slot_steps} if args.job == "paired" else {}
@@ -611,7 +611,7 @@ def _child(args) -> int:
                 result["hook_config"] = {"min_gain_us": MIN_GAIN_US, "verify_k": VERIFY_K}
                 if PROBE_CALLS is not None:
                     result["hook_config"]["probe_calls"] = PROBE_CALLS
-            result["compiled_path"] = _compiled_path_status()
+            result["compiled_path"] = compiled_path_status()
         except Exception as exc:  # noqa: BLE001 - a failed dtype is a result row; the next one still runs
             import traceback
 
@@ -629,7 +629,7 @@ def _device_name(device: str) -> str | None:
     return torch.cuda.get_device_name()
 
 
-def _compiled_path_status() -> str:
+def compiled_path_status() -> str:
     from algosel.runtime import native
 
     return native.status()
@@ -640,7 +640,7 @@ def missing_compiled_path(device: str) -> str | None:
     is not built or does not load: every hooked call would take the Python path), else None."""
     if not device.startswith("cuda"):
         return None
-    status = _compiled_path_status()
+    status = compiled_path_status()
     if status.startswith("built") and "does not load" not in status:
         return None
     return f"the compiled path: {status}"

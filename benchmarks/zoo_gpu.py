@@ -80,7 +80,7 @@ SMOKE_SIZES = {"unet": 16, "srnet": 8}
 
 
 # ------------------------------------------------------------------------------------------------ networks
-def _from_file(name: str, batch: int, size: int, mf, device: str):
+def from_file(name: str, batch: int, size: int, mf, device: str):
     """A network of examples/networks/<name>.py (its ``make_model``), on ``batch`` random images of ``size``."""
     import importlib.util
 
@@ -94,7 +94,7 @@ def _from_file(name: str, batch: int, size: int, mf, device: str):
     return model, [[torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=mf)]]
 
 
-def _multiscale(name: str, batch: int, size: int, mf, device: str):
+def multiscale_head(name: str, batch: int, size: int, mf, device: str):
     """The detection head over :data:`MS_SIZES` (a step takes the next size)."""
     from algosel.measure.suites import FPNHead
 
@@ -135,7 +135,7 @@ def register() -> None:
     """Make zoo.py's jobs run this zoo's networks (in this process: the driver's children call it first)."""
     zoo.NETS.clear()
     zoo.NETS.update(GPU_NETS)
-    zoo.BUILDERS.update({"file": _from_file, "multiscale": _multiscale, "multiscale_cls": _multiscale_cls})
+    zoo.BUILDERS.update({"file": from_file, "multiscale": multiscale_head, "multiscale_cls": _multiscale_cls})
     if zoo.SMOKE:  # the torchvision networks at batch 2 on 64x64 (BatchNorm needs more than one value per channel)
         zoo.BUILDERS.update({"cls": _small_cls("cls"), "seg": _small_cls("seg")})
     for arm in RUN_ARMS:
@@ -179,7 +179,7 @@ def job_run(arm: str, name: str, dtype: str, device: str = "cuda", epochs: int =
 
     from algosel.runtime import hook
 
-    step, n = zoo._build(name, dtype, device)
+    step, n = zoo.build_network(name, dtype, device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     ctx = _run_context(arm, dtype, hook)
     ex = None
@@ -191,7 +191,7 @@ def job_run(arm: str, name: str, dtype: str, device: str = "cuda", epochs: int =
     for _ in range(epochs):
         hook.reset_stats()
         cpu0 = time.thread_time()  # the step's thread: its host time (a worker deciding beside it is not counted)
-        passes.append(zoo._wall_s(step, ctx, n, sync, first=0))
+        passes.append(zoo.wall_s(step, ctx, n, sync, first=0))
         host.append(time.thread_time() - cpu0)
         stats.append(hook.stats())
     out = {"net": name, "dtype": dtype, "job": f"run_{arm}", "arm": arm, "batch": zoo.NETS[name][0], "inputs": n,

@@ -118,11 +118,11 @@ def test_looking_first_counts_verify_mode_s_cold_cost_until_every_signature_is_d
     import zoo
 
     passes = iter([2, 1, 0])  # undecided signatures after each pass: the third pass decides the last
-    monkeypatch.setattr(zoo, "_undecided", lambda ctx: next(passes))
-    monkeypatch.setattr(zoo, "_wall_s", lambda step, c, n, sync: 2.0 if c is ctx["verify"] else 0.5)
+    monkeypatch.setattr(zoo, "undecided_count", lambda ctx: next(passes))
+    monkeypatch.setattr(zoo, "wall_s", lambda step, c, n, sync: 2.0 if c is ctx["verify"] else 0.5)
     ctx = {"verify": object(), "default": object()}
     cold = {"verify_cold_first_pass_s": 3.0}
-    zoo._settle(None, ctx, 1, None, cold)
+    zoo.settle_verify(None, ctx, 1, None, cold)
     # three passes (3 s, then 2 s twice), less the default's steady pass (0.5 s) for the two after the first
     assert cold == {"verify_cold_first_pass_s": 6.0, "verify_cold_passes": 3, "verify_cold_raw_s": 7.0,
                     "default_steady_pass_s": 0.5}  # fmt: skip
@@ -161,7 +161,7 @@ def test_pooled_ratio_resamples_processes_as_well_as_slots(monkeypatch):
     median, lo, hi = zoo.pooled_ratio(apart, "predict")
     assert lo == pytest.approx(0.96) and hi == pytest.approx(1.04) and lo <= median <= hi
     assert zoo.pooled_ratio([{"default_steps_ms": [1.0], "predict_steps_ms": [1.0]}], "predict") is None
-    assert zoo._cpu_set("0-2,5") == {0, 1, 2, 5}
+    assert zoo.cpu_set("0-2,5") == {0, 1, 2, 5}
 
 
 def test_benchmark_mode_paired_switches_benchmark_on_and_tf32_off_and_restores_them(monkeypatch):
@@ -173,7 +173,7 @@ def test_benchmark_mode_paired_switches_benchmark_on_and_tf32_off_and_restores_t
 
     cudnn = torch.backends.cudnn
     with cudnn.flags(enabled=True, benchmark=False, allow_tf32=True):
-        with zoo._mode(zoo.TUNED, None)():
+        with zoo.mode_context(zoo.TUNED, None)():
             assert (cudnn.benchmark, cudnn.allow_tf32) == (True, False)
         assert (cudnn.benchmark, cudnn.allow_tf32) == (False, True)
     row = {"tuned_steps_ms": [10.0] * 4, "verify_steps_ms": [9.0] * 4, "default_steps_ms": [12.0] * 4}
@@ -191,7 +191,7 @@ def test_each_repeated_process_verifies_into_a_cache_of_its_own(monkeypatch):
 
     for process, folder in ((0, "zoo-verify"), (1, "zoo-verify-p1"), (2, "zoo-verify-p2")):
         monkeypatch.setattr(zoo, "PROCESS", process)
-        assert zoo._mode("verify", Hook())()["cache"].name == folder
+        assert zoo.mode_context("verify", Hook())()["cache"].name == folder
 
 
 def test_the_least_gain_and_k_reach_the_modes_that_decide_and_a_cache_folder_of_their_own(monkeypatch):
@@ -210,18 +210,18 @@ def test_the_least_gain_and_k_reach_the_modes_that_decide_and_a_cache_folder_of_
     monkeypatch.setattr(zoo, "PROCESS", 0)
     monkeypatch.setattr(zoo, "MIN_GAIN_US", 5.0)
     monkeypatch.setattr(zoo, "VERIFY_K", 6)
-    predict, verify, native = (zoo._mode(m, Hook())() for m in ("predict", "verify", "native"))
+    predict, verify, native = (zoo.mode_context(m, Hook())() for m in ("predict", "verify", "native"))
     assert (predict["min_gain_us"], verify["min_gain_us"], native["min_gain_us"]) == (5.0, 5.0, math.inf)
     assert verify["verify"] == 6 and "verify" not in predict
     assert (predict["cache"].name, verify["cache"].name) == ("zoo-predict-g5.0-k6", "zoo-verify-g5.0-k6")
     monkeypatch.setattr(zoo, "PROBE_CALLS", 0)
-    predict, native = zoo._mode("predict", Hook())(), zoo._mode("native", Hook())()
+    predict, native = zoo.mode_context("predict", Hook())(), zoo.mode_context("native", Hook())()
     assert predict["probe_calls"] == 0 and "probe_calls" not in native
     assert predict["cache"].name == "zoo-predict-g5.0-k6-probe0"
     monkeypatch.setattr(zoo, "PROBE_CALLS", None)
     monkeypatch.setattr(zoo, "MIN_GAIN_US", None)
     monkeypatch.setattr(zoo, "VERIFY_K", 3)
-    predict = zoo._mode("predict", Hook())()
+    predict = zoo.mode_context("predict", Hook())()
     assert "min_gain_us" not in predict and "probe_calls" not in predict and predict["cache"].name == "zoo-predict"
     row = {"hook_config": {"min_gain_us": 5.0, "verify_k": 3, "probe_calls": 0}}
     assert zoo.config_label(row) == ", least gain 5 us, verify k 3, probe calls 0"
@@ -305,8 +305,8 @@ def test_the_warm_job_counts_only_its_own_dtype_s_measurements_and_the_table_fla
 
         return enter
 
-    monkeypatch.setattr(zoo, "_build", lambda name, dtype, device: (step, 1))
-    monkeypatch.setattr(zoo, "_mode", fake_mode)
+    monkeypatch.setattr(zoo, "build_network", lambda name, dtype, device: (step, 1))
+    monkeypatch.setattr(zoo, "mode_context", fake_mode)
     rows = [zoo.job_warm("mynet", dtype, device="cpu") for dtype in ("float32", "amp")]
     assert [r["verify_warm_measured_problems"] for r in rows] == [3, 3]
     results = tmp_path / "warm.jsonl"
@@ -323,14 +323,14 @@ def test_a_gpu_run_without_the_compiled_path_stops_with_one_line(monkeypatch):
         import zoo
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    monkeypatch.setattr(zoo, "_compiled_path_status", lambda: "not built (run `algosel build-ext`; ...)")
+    monkeypatch.setattr(zoo, "compiled_path_status", lambda: "not built (run `algosel build-ext`; ...)")
     assert zoo.missing_compiled_path("cpu") is None
     assert zoo.missing_compiled_path("cuda") == "the compiled path: not built (run `algosel build-ext`; ...)"
-    monkeypatch.setattr(zoo, "_compiled_path_status", lambda: "built: /x/algosel_conv_ext.so")
+    monkeypatch.setattr(zoo, "compiled_path_status", lambda: "built: /x/algosel_conv_ext.so")
     assert zoo.missing_compiled_path("cuda:0") is None
-    monkeypatch.setattr(zoo, "_compiled_path_status", lambda: "built: /x.so (but it does not load: see the log)")
+    monkeypatch.setattr(zoo, "compiled_path_status", lambda: "built: /x.so (but it does not load: see the log)")
     assert zoo.missing_compiled_path("cuda") is not None
-    monkeypatch.setattr(zoo, "_compiled_path_status", lambda: "not built")
+    monkeypatch.setattr(zoo, "compiled_path_status", lambda: "not built")
     monkeypatch.setattr(sys, "argv", ["zoo.py", "--device", "cuda", "--nets", "mynet", "--out", os.devnull])
     with pytest.raises(SystemExit, match="^zoo.py: the compiled path: not built; build it"):
         zoo.main()

@@ -40,11 +40,11 @@ def test_the_networks_are_the_issue_s_and_the_detector_meets_30_sizes_no_records
     assert len(set(zoo_gpu.MS_SIZES)) == 30
     assert not set(zoo_gpu.MS_SIZES) & (set(fpn_input_sizes()) | set(zoo.FPN_SIZES))
     monkeypatch.setattr(zoo, "SMOKE", False)
-    model, inputs = zoo_gpu._multiscale("detector_ms30", 8, 0, torch.channels_last, "meta")  # full sizes, no memory
+    model, inputs = zoo_gpu.multiscale_head("detector_ms30", 8, 0, torch.channels_last, "meta")  # full sizes, no memory
     assert len(inputs) == 30 and inputs[0][0].shape[0] == 8
     for name, out_shape in (("unet", (2, 21, 16, 16)), ("srnet", (2, 3, 32, 32))):  # written in files of their own
         monkeypatch.setattr(zoo, "SMOKE", True)
-        model, ((x,),) = zoo_gpu._from_file(name, 16, 256, torch.contiguous_format, "cpu")
+        model, ((x,),) = zoo_gpu.from_file(name, 16, 256, torch.contiguous_format, "cpu")
         assert tuple(model(x).shape) == out_shape
     assert "runs" not in zoo.JOBS and {f"run_{a}" for a in zoo_gpu.RUN_ARMS} <= set(zoo.JOBS)
 

@@ -46,7 +46,7 @@ def busy_shares(spec: str, steps: int) -> dict:
             y.register_hook(lambda g: look("bwd", g))
         return y
 
-    step, n = zoo._build(net, dtype, "cuda")
+    step, n = zoo.build_network(net, dtype, "cuda")
     F.conv2d = wrapped
     try:
         for i in range(3):  # PyTorch's plans warm

@@ -38,8 +38,8 @@ def record(net: str, dtype: str, mode: str, out: str) -> None:
 
     if mode == "benchmark":
         torch.backends.cudnn.benchmark = True
-    step, _ = zoo._build(net, dtype, "cuda")
-    ctx = zoo._mode("verify", hook) if mode == "verify" else contextlib.nullcontext
+    step, _ = zoo.build_network(net, dtype, "cuda")
+    ctx = zoo.mode_context("verify", hook) if mode == "verify" else contextlib.nullcontext
     t0 = time.perf_counter()
     for i in range(14 if mode == "verify" else 3):
         with ctx():

@@ -110,7 +110,7 @@ def run(net: str, dtype: str, device: str, rounds: int, slot_steps: int) -> dict
 
     from algosel.runtime import hook
 
-    step, n = zoo._build(net, dtype, device)
+    step, n = zoo.build_network(net, dtype, device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     variants = _variants(hook, F)
     order = _order(VARIANTS)
@@ -119,7 +119,7 @@ def run(net: str, dtype: str, device: str, rounds: int, slot_steps: int) -> dict
     steps = n if n > 1 else slot_steps
     for name in order:  # first passes: the hook plans every convolution once (passing it through)
         with slots[name]():
-            zoo._run_steps(step, per_step[name], 2 * steps)
+            zoo.run_steps(step, per_step[name], 2 * steps)
     hosts: dict[str, list[float]] = {}
     walls = zoo.rotate(step, per_step, rounds, steps, sync, hosts, slots)
     out: dict = {"net": net, "dtype": dtype, "device": device, "rounds": rounds, "slot_steps": steps,
@@ -203,7 +203,7 @@ def main() -> None:
         print(summarize(Path(args.summarize)))
     elif args.child:
         if args.cpus:
-            os.sched_setaffinity(0, zoo._cpu_set(args.cpus))  # before torch starts its threads: they inherit it
+            os.sched_setaffinity(0, zoo.cpu_set(args.cpus))  # before torch starts its threads: they inherit it
         print("RESULT " + json.dumps(run(args.net, args.dtype, args.device, args.rounds, args.slot_steps)), flush=True)
     else:
         os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -66,7 +66,7 @@ def main() -> None:
                    module.groups, mf is not None)  # fmt: skip
             seen.setdefault(key, mf)
 
-    step, _ = zoo._build(args.net, args.dtype, args.device)
+    step, _ = zoo.build_network(args.net, args.dtype, args.device)
     handle = torch.nn.modules.module.register_module_forward_pre_hook(capture)
     step(0)
     sync()

@@ -28,7 +28,7 @@ def _profile(step, ctx, steps: int, sync) -> tuple[dict, dict]:
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     with profile(activities=activities) as prof:
-        zoo._run_steps(step, ctx, steps)
+        zoo.run_steps(step, ctx, steps)
         sync()
     host: dict = collections.defaultdict(lambda: [0.0, 0.0])
     kernels: dict = collections.defaultdict(lambda: [0.0, 0.0])
@@ -53,10 +53,11 @@ def run(args) -> dict:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    step, n = zoo._build(args.net, args.dtype, device)
-    ctx = {"D": zoo._mode("default", hook), "P": zoo._mode(args.mode, hook), "N": zoo._mode("native", hook)}
+    step, n = zoo.build_network(args.net, args.dtype, device)
+    ctx = {"D": zoo.mode_context("default", hook), "P": zoo.mode_context(args.mode, hook),
+           "N": zoo.mode_context("native", hook)}
     for c in ctx.values():
-        zoo._run_steps(step, c, max(2, n))
+        zoo.run_steps(step, c, max(2, n))
     times = zoo.rotate(step, ctx, args.rounds, n, sync)
     result: dict = {"net": args.net, "dtype": args.dtype, "mode": args.mode, "device": device}
     for m in ctx:
