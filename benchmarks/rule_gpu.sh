@@ -3,7 +3,8 @@
 #   OUT=/some/dir CODE=<commit> [TOTAL_S=560] bash benchmarks/rule_gpu.sh
 # In order of what matters most, each step under a timeout of its own, none started past TOTAL_S:
 # 1. the multi-scale detection head over 30 input sizes, autocast and float32, a process per arm: PyTorch's default,
-#    then the rule (benchmarks/zoo_gpu.py --jobs run_default,run_rule; per pass: wall, host time, call statistics);
+#    then the rule (benchmarks/zoo_gpu.py --jobs run_default,run_rule; per pass: wall, host time, call statistics;
+#    DETECTOR_DTYPES picks the dtypes);
 # 2. the GPU tests (.ci/gpu, the compiled path built once for every step);
 # 3. RegNetX-3.2GF over 9 input sizes, float32, the same two arms;
 # 4. fully connected mode against nn.Linear (benchmarks/fc_mode.py);
@@ -26,7 +27,7 @@ ms() {  # ms <dir> <budget_s> <zoo_gpu.py args...>: a multi-scale run into its o
         > "$dir.txt" 2>&1
     cat "$dir/zoo_gpu.jsonl" >> "$OUT/zoo_gpu.jsonl" 2>/dev/null
 }
-fits 100 && ms "$OUT/logs/detector" 90 --dtypes amp,float32 --nets detector_ms30 --jobs run_default,run_rule
+fits 100 && ms "$OUT/logs/detector" 90 --dtypes "${DETECTOR_DTYPES:-amp,float32}" --nets detector_ms30 --jobs run_default,run_rule
 echo "detector: $SECONDS s"
 if [ "${SKIP_GPU_TESTS:-0}" != 1 ] && fits "${GPU_TESTS_S:-200}"; then
     # GPU_TESTS: pytest arguments (a selection; default: every GPU test .ci/gpu runs)
