@@ -31,7 +31,7 @@ fits 100 && ms "$OUT/logs/detector" 90 --dtypes "${DETECTOR_DTYPES:-amp,float32}
 echo "detector: $SECONDS s"
 if [ "${SKIP_GPU_TESTS:-0}" != 1 ] && fits "${GPU_TESTS_S:-200}"; then
     # GPU_TESTS: pytest arguments (a selection; default: every GPU test .ci/gpu runs)
-    OUT="$OUT/logs/ci" timeout 200 bash .ci/gpu ${GPU_TESTS:-} > "$OUT/logs/ci_gpu.txt" 2>&1
+    OUT="$OUT/logs/ci" timeout $((total - SECONDS > 30 ? total - SECONDS : 30)) bash .ci/gpu ${GPU_TESTS:-} > "$OUT/logs/ci_gpu.txt" 2>&1
     cp "$OUT/logs/ci/gpu_tests.log" "$OUT/logs/ci/gpu_tests.xml" "$OUT/" 2>/dev/null
     echo "gpu tests: $SECONDS s"
 fi
