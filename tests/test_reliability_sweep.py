@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
+from algosel.measure.sweep import read_inflight
 from algosel.problem import ConvProblem
 from algosel.records import read_part
 from algosel.records.store import part_paths
@@ -70,17 +71,9 @@ def _sweep(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     return res, json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def _counts(inflight) -> dict:
-    """The sweep's in-flight bookkeeping: attempts per case (empty before the first, or while it is rewritten)."""
-    try:
-        return json.loads(inflight.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
 def _started(inflight, before: dict) -> bool:
     """Whether a case was started since the bookkeeping read ``before`` (its count of attempts went up)."""
-    return any(n > before.get(key, 0) for key, n in _counts(inflight).items())
+    return any(n > before.get(key, 0) for key, n in read_inflight(inflight).items())
 
 
 def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path, reference_rows) -> None:
@@ -92,7 +85,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path, referen
     rng = random.Random(12)  # the moments are random, and the same on every run of the test
     in_case = 0
     for _attempt in range(4):
-        before = _counts(inflight)
+        before = read_inflight(inflight)
         # 64 cases of at least 50 ms; the kill lands in a random one of the first 12 this process starts, while it
         # sleeps (counted from its "case" line: a loaded machine can take longer to start the interpreter than a
         # window of wall time leaves)
@@ -105,7 +98,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path, referen
         assert proc.returncode == -signal.SIGKILL
         in_case += _started(inflight, before)
     assert in_case >= 2, "most kills landed outside a case"
-    counts = json.loads(inflight.read_text()) if inflight.exists() else {}
+    counts = read_inflight(inflight)
     res, report = _sweep(out, "--cases", "64")
     rows = _raw_rows(out)
     assert res.returncode == 0, res.stderr

@@ -247,7 +247,8 @@ class Executor:
         aside = self.aside
         if aside is not None and device.type == "cuda":
             # what deciding reads of the GPU, read here first: no CUDA call is made on the deciding thread
-            self.native_module(), self.runtime_cache()
+            self.native_module()
+            self.runtime_cache()
         if aside is not None and not aside.ready([p for p in directions if p not in self.plans], device):
             # PyTorch's own convolution while the worker decides the call's problems (not memoised: asked again)
             self.call_stats.count(DECIDING)
