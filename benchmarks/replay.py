@@ -17,8 +17,9 @@ The model deciding is one that never saw these networks: trained on the H200 rec
 - ``benchmark``: PyTorch's benchmark mode: on each new problem, time cuDNN's first ``--benchmark-limit`` configs of
   mode A (build and runs), then run the fastest of them;
 - ``best``: the fastest recorded candidate of each problem, for free (the bound);
-- ``rule``: the executor deciding by the expected-saving rule (``Executor(rule=True)``);
-- ``predict`` and ``verify``: the executor as prediction mode (``Executor()``) and verify mode (``verify=3``).
+- ``rule``: the executor deciding by the expected-saving rule (``Executor()``, the hook's default mode);
+- ``predict`` and ``verify``: the rule without timing (``rule_times=False``, the hook's ``verify=False``) and verify
+  mode (``verify=3``).
 
 The executor arms run the real executor (:class:`algosel.runtime.executor.Executor`) with the records as its measurer
 (:class:`algosel.runtime.standins.RecordedMeasurer`) and a device that can time. What deciding costs is charged as
@@ -169,7 +170,7 @@ def run_arm(arm: str, steps: list[list], truth: Truth, selector, calibration, co
         measurer = RecordedMeasurer(truth_catalogue(truth))
         # the compiled path's routes (a GPU's): no host cost per call over PyTorch's own
         policy = dataclasses.replace(DEFAULT_POLICY, python_path_overhead_us=0.0, **(overrides or {}))
-        ex = Executor(selector=selector, verify=3 if arm == "verify" else 0, rule=arm == "rule", cache=False,
+        ex = Executor(selector=selector, verify=3 if arm == "verify" else 0, rule_times=arm != "predict", cache=False,
                       policy=policy,
                       native=False, candidates=ModelCandidates(selector, live=False), measurer=measurer,
                       device_probe=FakeDevice(busy=True, can_time=True), calibration=calibration,

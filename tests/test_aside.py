@@ -69,7 +69,7 @@ def rule_executor(slice_model, measurer, run_steps: float = 1e6):
     sel = Selector.load(slice_model[0], force=True)
     wide = Calibration({"all": ErrorSamples(np.zeros(2), np.array([[2.0] * 3, [-2.0] * 3]))})
     policy = dataclasses.replace(DEFAULT_POLICY, expected_run_steps=run_steps, python_path_overhead_us=0.0)
-    return Executor(selector=sel, rule=True, decide_aside=True, calibration=wide, policy=policy, cache=False,
+    return Executor(selector=sel, decide_aside=True, calibration=wide, policy=policy, cache=False,
                     native=False, candidates=ModelCandidates(sel, live=False), measurer=measurer,
                     device_probe=FakeDevice(can_time=True))  # fmt: skip
 
@@ -137,7 +137,7 @@ def test_blocks_whose_calls_wait_for_decisions_are_not_quiet(slice_model):
         assert ex.route(("k", block), problem(h=20 + block), CPU, (False, False)).kind == "native"
     ex.block_done(0)
     assert len(ex.routes) == 4
-    for _ in range(ex.policy.step_aside_after_blocks):  # quiet blocks (nothing new): then it steps aside
+    for _ in range(ex.policy.trial.step_aside_after_blocks):  # quiet blocks (nothing new): then it steps aside
         assert ex.begin_block() is False
         ex.block_done(len(ex.routes))
     assert ex.begin_block() is True

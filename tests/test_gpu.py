@@ -229,7 +229,7 @@ HOOK_CASES = [
 ]
 
 
-@pytest.mark.parametrize("verify", [0, 3], ids=["predict", "verify"])
+@pytest.mark.parametrize("verify", [0, 3], ids=["rule", "verify"])
 @pytest.mark.parametrize(("shape", "kwargs", "dtype", "channels_last"), HOOK_CASES)
 def test_hook_matches_pytorch_forward_and_backward_on_gpu(shape, kwargs, dtype, channels_last, verify, tmp_path):
     from algosel.runtime import hook

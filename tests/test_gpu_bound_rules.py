@@ -1,5 +1,6 @@
-"""The GPU-bound rule (SwitchPolicy.device_bound_*): where the executor's looks find the device busy nearly always,
-a measured or recorded switch pays from ``device_bound_min_gain_us`` a call instead of ``min_gain_us``; a switch kept
+"""The GPU-bound rule (``SwitchPolicy.looks.device_bound_fraction``): where the executor's looks find the device busy
+nearly always, a measured or recorded switch pays from its noise bound and host costs alone, without the host-bound
+step's least gain (``min_gain_us``); a switch kept
 by it says so, and a process reading it from the cache judges it by the same rule. On the CPU: a fake device, a
 scripted measurer, the looks counted into the executor's probation."""
 
@@ -14,7 +15,7 @@ from algosel.candidates import DEFAULT_ID
 from algosel.problem import ConvProblem
 from algosel.runtime.cache import RuntimeCache
 from algosel.runtime.executor import Executor
-from algosel.runtime.policy import BELOW_THRESHOLD, DEFAULT_POLICY, DEVICE_BOUND, judge
+from algosel.runtime.policy import BELOW_THRESHOLD, DEFAULT_POLICY, DEVICE_BOUND, LookPolicy, judge
 from algosel.runtime.standins import FakeDevice, Preferring, ScriptedMeasurer
 
 ENV = {"gpu_name": "NVIDIA H200", "cudnn": 91900, "torch": "2.11.0", "cudnn_frontend": "1.32.0", "model": "abc"}
@@ -37,8 +38,8 @@ def test_a_small_measured_gain_pays_in_a_gpu_bound_step_only():
     # a gain the host-bound rule keeps is a plain switch
     big = {DEFAULT_ID: 0.300, "cudnn:eng1": 0.200}
     assert judge(DEFAULT_POLICY, "k", "cudnn:eng1", big, 0.300, "measured", 1.03, 0.0, device_bound=True).reason == ""
-    with pytest.raises(ValueError, match="device_bound_busy_fraction is a share in"):
-        dataclasses.replace(DEFAULT_POLICY, device_bound_busy_fraction=2.0)
+    with pytest.raises(ValueError, match="LookPolicy.device_bound_fraction is a share in"):
+        LookPolicy(device_bound_fraction=2.0)
 
 
 def _executor(shipped, cache, busy_looks: int, idle_looks: int = 0) -> tuple[Executor, ScriptedMeasurer]:
@@ -55,7 +56,7 @@ def _executor(shipped, cache, busy_looks: int, idle_looks: int = 0) -> tuple[Exe
 @pytest.mark.parametrize(("busy", "idle", "switched"), [(0, 0, False), (31, 0, False), (38, 2, True), (36, 4, False)])
 def test_the_executor_judges_by_the_gpu_bound_rule_once_its_looks_find_the_device_busy(shipped, tmp_path, busy,
                                                                                         idle, switched):  # fmt: skip
-    """At least ``device_bound_min_looks`` (32) looks, ``device_bound_busy_fraction`` (0.95) of them busy."""
+    """At least four signatures' probation of looks (32), ``device_bound_fraction`` (0.95) of them busy."""
     ex, measurer = _executor(shipped, RuntimeCache(tmp_path, ENV), busy, idle)
     assert ex.device_bound() is switched
     decision = ex.decide(PROBLEM, CPU)

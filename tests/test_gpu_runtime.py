@@ -16,12 +16,15 @@ import torch.nn.functional as F
 
 from algosel.candidates import DEFAULT_ID
 from algosel.operands import relative_error
-from algosel.runtime.policy import DEFAULT_POLICY
+from algosel.runtime.policy import DEFAULT_POLICY, LookPolicy, VerifyTimer
 from algosel.runtime.standins import CudaWithoutTrials, Preferring
+from algosel.testing import exact_calibration
 
 #: These tests exercise the routes themselves: their switches are made on the first call, not after probation looked
-#: at the device, and kept without a step trial (the tests of those two give their own arguments).
-AT_ONCE = {"probe_calls": 0, "device_probe": CudaWithoutTrials()}
+#: at the device, and kept without a step trial (the tests of those two give their own arguments); the rule switches
+#: untimed on the stand-in selectors' predictions, taken as exact (verify mode still times).
+AT_ONCE = {"probe_calls": 0, "device_probe": CudaWithoutTrials(), "calibration": exact_calibration(),
+           "rule_times": False}  # fmt: skip
 
 
 def _prefer(sel, space: str, default_ms: float = 1.0) -> Preferring:
@@ -322,7 +325,7 @@ def test_looking_first_times_only_where_the_device_is_busy_at_the_calls(tmp_path
     from algosel.runtime import hook
 
     # looking takes probe_calls (8) calls; whatever gain is predicted, none is exempt from them
-    policy = dataclasses.replace(DEFAULT_POLICY, probe_settle_s=0.0, probation_exempt_gain_us=math.inf)
+    policy = dataclasses.replace(DEFAULT_POLICY, looks=LookPolicy(settle_s=0.0, exempt_gain_us=math.inf))
     x = torch.randn(256, 256, 6, 6, device="cuda", dtype=torch.float16)
     w = torch.randn(1024, 256, 6, 6, device="cuda", dtype=torch.float16)
     ex = hook.Executor(verify=3, cache=tmp_path, look_first=True, policy=policy, device_probe=CudaWithoutTrials())
@@ -438,17 +441,17 @@ def test_a_switch_is_made_where_the_device_is_busy_and_dropped_where_it_waits(sh
                                                                               device_waits, default_ms):  # fmt: skip
     """Probation (executor module docstring) on a real stream: calls queued behind a long kernel find the device
     busy and get their switch; calls after a synchronization find it idle and keep PyTorch's path. A switch
-    predicted to save 1.8 ms a call (``probation_exempt_gain_us``) is made at once, the device idle or not."""
+    predicted to save 1.8 ms a call (``policy.looks.exempt_gain_us``) is made at once, the device idle or not."""
     import dataclasses
 
     from algosel.runtime import hook
 
-    policy = dataclasses.replace(DEFAULT_POLICY, probe_settle_s=0.0)  # probe_calls: 8
+    policy = dataclasses.replace(DEFAULT_POLICY, looks=LookPolicy(settle_s=0.0))  # probe_calls: 8
     model, x = _cudnn_model()
     x = x.detach()
     ex = hook.Executor(policy=policy, device_probe=CudaWithoutTrials(), selector=_prefer(shipped, "cudnn", default_ms),
-                       cache=tmp_path)  # gain: 90 or 1800 us
-    exempt = 900 * default_ms >= policy.probation_exempt_gain_us
+                       cache=tmp_path, calibration=exact_calibration(), rule_times=False)  # gain: 90 or 1800 us
+    exempt = 900 * default_ms >= policy.looks.exempt_gain_us
     hook.reset_stats()
     with hook.enabled(ex), torch.no_grad():
         for _ in range(12):
@@ -533,7 +536,7 @@ def test_verify_modes_measurer_takes_the_policys_timer_and_slow_build_bound():
 
     from algosel.runtime.verify import runtime_measurer
 
-    policy = dataclasses.replace(DEFAULT_POLICY, verify_slow_build_s=0.2)
+    policy = dataclasses.replace(DEFAULT_POLICY, timer=VerifyTimer(slow_build_s=0.2))
     sweeper = runtime_measurer(policy)
     timer = sweeper.timer
     assert (timer.budget_ms, timer.min_repeats, timer.max_repeats) == (1.0, 3, 5)
@@ -559,7 +562,7 @@ def test_the_rule_decides_a_network_the_records_lack_and_keeps_pytorchs_results(
     ref.square().mean().backward()
     ref_grad = x.grad.clone()
     x.grad = None
-    ex = hook.Executor(rule=True, cache=tmp_path, **AT_ONCE)
+    ex = hook.Executor(cache=tmp_path, probe_calls=0, device_probe=CudaWithoutTrials())
     assert ex.decider.calibration is not None  # the shipped model's
     with hook.enabled(ex):
         out = net(x)

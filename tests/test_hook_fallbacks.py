@@ -14,7 +14,7 @@ from algosel.problem import ConvProblem
 from algosel.runtime import hook
 from algosel.runtime.fallbacks import HookUnavailableWarning, warn_once
 from algosel.runtime.standins import CpuAsCuda, Preferring
-from algosel.testing import fake_gpu
+from algosel.testing import exact_calibration, fake_gpu
 
 
 def _executor(**config) -> hook.Executor:
@@ -111,7 +111,8 @@ def test_a_cache_that_cannot_be_written_costs_one_warning_and_no_decision(shippe
     root = tmp_path / "not-a-folder"
     root.write_text("a file")
     cache = RuntimeCache(root, {"gpu_name": "x", "cudnn": 1})
-    ex = _executor(selector=Preferring(shipped, "gemm", recorded=False), cache=cache, live=False)
+    ex = _executor(selector=Preferring(shipped, "gemm", recorded=False), cache=cache, live=False,
+                   calibration=exact_calibration())  # fmt: skip
     problem = ConvProblem(n=64, c=256, k=512, h=6, w=6, r=6, s=6)
     with pytest.warns(RuntimeWarning, match="cannot write the runtime cache"):
         got = ex.decide(problem, torch.device("cuda"))  # a device object: the cache is read for GPUs

@@ -167,7 +167,7 @@ def test_the_executor_decides_by_the_rule(slice_model):
     def executor(run_steps: float) -> Executor:
         # the compiled path's route: no host cost per call over PyTorch's own
         policy = dataclasses.replace(DEFAULT_POLICY, expected_run_steps=run_steps, python_path_overhead_us=0.0)
-        return Executor(selector=sel, rule=True, calibration=wide, policy=policy, cache=False, native=False,
+        return Executor(selector=sel, calibration=wide, policy=policy, cache=False, native=False,
                         candidates=ModelCandidates(sel, live=False), measurer=measurer,
                         device_probe=FakeDevice(can_time=True))  # fmt: skip
 

@@ -107,14 +107,15 @@ def test_waiting_for_a_decision_ends_when_it_lands_or_at_the_timeout():
 
 
 def test_a_rank_that_waits_in_vain_times_the_problem_itself(tmp_path, slice_model):
-    """Another process holds the claim and never decides: past ``shared_wait_s`` this process times it itself."""
+    """Another process holds the claim and never decides: past ``policy.sharing.wait_s`` this process times it
+    itself."""
     import dataclasses
 
     from algosel.learn.selector import Selector
     from algosel.problem import ConvProblem
     from algosel.runtime import hook
     from algosel.runtime.cache import RuntimeCache
-    from algosel.runtime.policy import DEFAULT_POLICY
+    from algosel.runtime.policy import DEFAULT_POLICY, SharingPolicy
     from algosel.runtime.standins import FakeDevice, Preferring
 
     cache = RuntimeCache(tmp_path, {"gpu_name": "a GPU of the job", "cudnn": 1})
@@ -123,6 +124,6 @@ def test_a_rank_that_waits_in_vain_times_the_problem_itself(tmp_path, slice_mode
     measurer = _LoggedMeasurer(str(tmp_path / "timed.jsonl"), 0, 0.0)
     ex = hook.Executor(selector=Preferring(Selector.load(slice_model[0]), "gemm", recorded=False), verify=3,
                        live=False, cache=cache, measurer=measurer, device_probe=FakeDevice(can_time=True),
-                       policy=dataclasses.replace(DEFAULT_POLICY, shared_wait_s=0.0))  # fmt: skip
+                       policy=dataclasses.replace(DEFAULT_POLICY, sharing=SharingPolicy(wait_s=0.0)))  # fmt: skip
     d = ex.decide(problem, torch.device("cpu"))
     assert d.source == "measured" and d.candidate_id.startswith("gemm:") and ex.measured_problems == 1

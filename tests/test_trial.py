@@ -7,7 +7,7 @@ import math
 import pytest
 
 from algosel.runtime.device import CudaDevice
-from algosel.runtime.policy import DEFAULT_POLICY
+from algosel.runtime.policy import DEFAULT_POLICY, TrialPolicy
 from algosel.runtime.trial import DROP, KEEP, UNCLEAR, StepTrial
 
 
@@ -75,8 +75,7 @@ def test_a_device_without_a_timeline_has_no_clock():
 def test_a_trial_from_a_policy_takes_its_numbers():
     import dataclasses
 
-    policy = dataclasses.replace(DEFAULT_POLICY, trial_pairs=3, trial_margin=0.1, trial_min_wins=2,
-                                 trial_max_scatter=0.2)  # fmt: skip
+    policy = dataclasses.replace(DEFAULT_POLICY, trial=TrialPolicy(pairs=3, margin=0.1, min_wins=2, max_scatter=0.2))
     trial = StepTrial.from_policy(None, policy)
     assert (trial.pairs, trial.margin, trial.min_wins, trial.max_scatter) == (3, 0.1, 2, 0.2)
-    assert StepTrial(None).pairs == DEFAULT_POLICY.trial_pairs
+    assert StepTrial(None).pairs == DEFAULT_POLICY.trial.pairs

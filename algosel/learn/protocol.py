@@ -40,7 +40,7 @@ class RuntimeSelector(Protocol):
     catalogue : RecordsCatalogue
     time_model : object or None
         The device-time predictor; None for a model without one (then nothing is predicted, and an unrecorded
-        problem passes through in prediction mode).
+        problem passes through unless timed).
     """
 
     manifest: Mapping[str, Any]

@@ -2,8 +2,9 @@
 trial that judges its switches on the step itself.
 
 - Stepping aside: an executor whose every route is PyTorch's own and that met no new call signature in
-  ``policy.step_aside_after_blocks`` blocks in a row leaves ``F.conv2d`` as PyTorch's own in its next blocks (so they
-  cost what the hook switched off costs), routing one block in ``look_again_every_blocks`` to meet new signatures.
+  ``policy.trial.step_aside_after_blocks`` blocks in a row leaves ``F.conv2d`` as PyTorch's own in its next blocks
+  (so they cost what the hook switched off costs), routing one block in ``look_again_every_blocks`` to meet new
+  signatures.
 - The step trial (:mod:`algosel.runtime.trial`): once every route is decided, a switch remains, and a block met
   nothing new, the next blocks run by turns with and without the switches; the switches stay only where the blocks
   with them were faster (:data:`~algosel.runtime.trial.KEEP`), go where they were not
@@ -80,20 +81,20 @@ class Blocks:
 
     def stands_aside(self) -> bool:
         """Whether the next block leaves ``F.conv2d`` as PyTorch's own; counts the block where it does."""
-        if not self.step_aside or self._recording or self.quiet_blocks < self.policy.step_aside_after_blocks:
+        if not self.step_aside or self._recording or self.quiet_blocks < self.policy.trial.step_aside_after_blocks:
             return False
         if not self.routes.all_native():
             return False
         self.blocks_aside += 1
         # one block in look_again_every_blocks is routed, to meet new call signatures
-        return self.blocks_aside % self.policy.look_again_every_blocks != 0
+        return self.blocks_aside % self.policy.trial.look_again_every_blocks != 0
 
     def busy_fractions(self) -> tuple[float, float]:
         """Probation's least busy shares (per route, pooled): ``trial_busy_fraction`` while a step trial is still to
         judge the switches, else ``min_busy_fraction`` and ``min_network_busy_fraction``."""
         if self.trial_verdict is None and self._trial_possible():
-            return self.policy.trial_busy_fraction, self.policy.trial_busy_fraction
-        return self.policy.min_busy_fraction, self.policy.min_network_busy_fraction
+            return self.policy.trial.busy_fraction, self.policy.trial.busy_fraction
+        return self.policy.looks.min_busy_fraction, self.policy.looks.min_busy_fraction
 
     def deciding(self) -> int:
         """Signatures still looking at the device or on probation, plus one while a step trial is under way or due."""
@@ -132,9 +133,9 @@ class Blocks:
                 reason = TRIAL_SAME
             elif route.looked is None:  # exempt from probation, or nothing to look at: its decision stands
                 continue
-            elif route.looked.idle(self.policy.min_busy_fraction):
+            elif route.looked.idle(self.policy.looks.min_busy_fraction):
                 reason = DEVICE_IDLE
-            elif self.probation.looks.idle(self.policy.min_network_busy_fraction):
+            elif self.probation.looks.idle(self.policy.looks.min_busy_fraction):
                 reason = NETWORK_IDLE
             else:
                 continue

@@ -3,9 +3,10 @@ one host, or on hosts sharing its folder) claim a problem before verify mode tim
 
 The first process to meet a new problem creates its claim file (``O_CREAT | O_EXCL``: exactly one process wins),
 times it, and writes the decision into the shared cache. Every other process that meets the problem meanwhile waits
-for that decision (``policy.shared_wait_s`` at most) and runs it, so the ranks of a job run the same decision and the
-job times each problem once, not once per rank. Nothing deadlocks: a claim older than ``policy.claim_stale_s``, or
-whose process on this host is gone, is taken over; a wait that runs out times the problem itself.
+for that decision (``policy.sharing.wait_s`` at most) and runs it, so the ranks of a job run the same decision and
+the job times each problem once, not once per rank. Nothing deadlocks: a claim older than
+``policy.sharing.claim_stale_s``, or whose process on this host is gone, is taken over; a wait that runs out times
+the problem itself.
 """
 
 from __future__ import annotations

@@ -19,12 +19,13 @@ from algosel.runtime.policy import DEFAULT_POLICY, SwitchPolicy
 
 @dataclass(frozen=True)
 class HookConfig:
-    """What an executor does (docs/hook.md, "Using it"). ``min_gain_us`` and ``probe_calls`` are shorthands for the
-    policy's fields of those names, applied by :meth:`effective_policy`."""
+    """What an executor does (docs/hook.md, "Using it"). New problems the records lack are decided by the rule
+    (:mod:`algosel.runtime.rule`), which may time candidates unless ``rule_times`` is False; ``verify=k`` times the
+    model's top ``k`` on every one instead. ``min_gain_us`` and ``probe_calls`` are shorthands for the policy's
+    fields of those names, applied by :meth:`effective_policy`."""
 
     selector: Any = None
     verify: int = 0
-    rule: bool = False
     rule_times: bool = True
     tuning_budget_s: float | None = None
     background_load: bool = False
@@ -69,10 +70,10 @@ class HookConfig:
         return cls(**options)
 
     def effective_policy(self) -> SwitchPolicy:
-        """The policy with the ``probe_calls`` and ``min_gain_us`` shorthands applied."""
+        """The policy with the ``probe_calls`` (``policy.looks.probe_calls``) and ``min_gain_us`` shorthands applied."""
         policy = self.policy or DEFAULT_POLICY
         if self.probe_calls is not None:
-            policy = dataclasses.replace(policy, probe_calls=self.probe_calls)
+            policy = dataclasses.replace(policy, looks=dataclasses.replace(policy.looks, probe_calls=self.probe_calls))
         if self.min_gain_us is not None:
             policy = dataclasses.replace(policy, min_gain_us=self.min_gain_us)
         return policy

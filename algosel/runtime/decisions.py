@@ -1,15 +1,11 @@
 """Decisions: what one problem runs, PyTorch's own path or a candidate whose gain is known to pay.
 
-The gain over PyTorch's default is known from, in order:
-
-- the records the model ships with, for a problem they measured (measurements of this GPU);
-- a measurement here (verify mode, :mod:`algosel.runtime.verify`);
-- the model's predicted times, near the records with ``min_predicted_ratio`` and far from them with
-  ``min_predicted_ratio_far``;
-
-and otherwise the problem passes through: a network the model knows nothing about runs at PyTorch's speed. What
-leaving PyTorch's path costs is the least gain (``min_gain_us``), the path's own host cost, and the host time per
-call the candidate takes over PyTorch's default where the records or the measurement timed it
+A problem the records measured runs their fastest where its gain pays (measurements of this GPU). A problem they
+lack is decided by the rule (:mod:`algosel.runtime.rule`): pass through, switch to the model's pick untimed, or time
+the model's top candidates and PyTorch's default and keep the fastest, whichever is expected to save the most;
+``verify=k`` times the top ``k`` of every such problem instead. What leaving PyTorch's path costs is the least gain
+(``min_gain_us``, where the step is not known to be GPU-bound), the path's own host cost, and the host time per call
+the candidate takes over PyTorch's default where the records or the measurement timed it
 (:func:`~algosel.runtime.policy.host_extra_us`). Decisions go into the persistent cache (:mod:`algosel.runtime.cache`),
 so a later process decides nothing again; a cached decision is judged again under the reading executor's policy.
 Processes that share the cache (the ranks of a job) claim a problem before timing it (:mod:`algosel.runtime.claims`):
@@ -28,21 +24,22 @@ import torch
 from algosel.candidates import DEFAULT_ID
 from algosel.problem import ConvProblem
 from algosel.runtime.cache import Decision, RuntimeCache
-from algosel.runtime.candidates import CandidateSource, Ranked
+from algosel.runtime.candidates import LIVE_MODES, CandidateSource
 from algosel.runtime.claims import ProblemClaims, wait_for
 from algosel.runtime.device import DeviceProbe
 from algosel.runtime.policy import (
     BELOW_THRESHOLD,
     DEVICE_BOUND,
+    TOO_SHORT_TO_PAY,
     SwitchPolicy,
     fastest,
     finite,
+    host_extra_us,
     judge,
-    worth_a_closer_look,
 )
 from algosel.runtime.recurrence import Recurrence
 from algosel.runtime.routes import one_matrix_product
-from algosel.runtime.rule import PASS, SWITCH, Costs
+from algosel.runtime.rule import PASS, SWITCH, UNTIMED_WIN_SHARE, Costs
 from algosel.runtime.rule import decide as rule_decide
 from algosel.runtime.verify import Verifier
 
@@ -60,10 +57,10 @@ class Decider:
                  device: DeviceProbe, cache: Callable[[], RuntimeCache | None], native: Callable[[], Any],
                  max_workspace_bytes: int | None = None,
                  device_bound: Callable[[], bool] = lambda: False, calibration: Any = None,
-                 rule: bool = False, rule_times: bool = True, tuning_budget_s: float | None = None):  # fmt: skip
+                 rule_times: bool = True, tuning_budget_s: float | None = None):  # fmt: skip
         self.policy, self.selector, self.candidates, self.verifier = policy, selector, candidates, verifier
-        #: Whether the executor's looks found the step GPU-bound (``policy.device_bound_busy_fraction``): measured
-        #: and recorded gains are then judged by ``device_bound_min_gain_us``.
+        #: Whether the executor's looks found the step GPU-bound (``policy.looks.device_bound_fraction``): measured
+        #: and recorded gains then need no least gain beyond the noise bound and their host costs.
         self.device_bound = device_bound
         self.device = device
         self._cache, self._native = cache, native
@@ -75,7 +72,7 @@ class Decider:
         self._claims: dict[int, ProblemClaims | None] = {}  # by id of the cache they are beside
         #: The rule (:mod:`algosel.runtime.rule`) decides unrecorded problems, with the time model's held-out errors
         #: (``calibration``); ``rule_times``: it may time candidates (the user's ``verify=False`` forbids it).
-        self.rule, self.rule_times, self.calibration = bool(rule), bool(rule_times), calibration
+        self.rule_times, self.calibration = bool(rule_times), calibration
         self.tuning_budget_s = tuning_budget_s
         self.recurrence = Recurrence(policy.expected_run_steps)
         #: One problem is decided at a time: by the step's thread, or beside it (:mod:`algosel.runtime.aside`).
@@ -140,7 +137,7 @@ class Decider:
             finally:
                 claims.release(problem.key)
         # another process is timing it: its decision, so that the job runs one (this process times it past the wait)
-        hit = wait_for(lambda: self._usable(cache.get(problem.key)), self.policy.shared_wait_s)
+        hit = wait_for(lambda: self._usable(cache.get(problem.key)), self.policy.sharing.wait_s)
         return self.rejudge(problem, hit) if hit is not None else self._decided(cache, problem, device)
 
     def cache_for(self, device: torch.device) -> RuntimeCache | None:
@@ -148,10 +145,9 @@ class Decider:
         return self._cache() if device.type == "cuda" or self.device.can_time(device) else None
 
     def _usable(self, hit: Decision | None) -> Decision | None:
-        """A cached decision this executor takes: a verifying executor (or the rule's) trusts measurements and
-        records only (a predicted decision is made again)."""
-        trusting = self.verify or self.rule
-        return hit if hit is not None and (not trusting or hit.source in ("records", "measured")) else None
+        """A cached decision this executor takes: measurements and records (a decision made untimed is made again:
+        what this process has met may weigh it otherwise)."""
+        return hit if hit is not None and hit.source in ("records", "measured") else None
 
     def _decided(self, cache: RuntimeCache, problem: ConvProblem, device: torch.device) -> Decision:
         decision = self.decide_uncached(problem, device)
@@ -160,7 +156,7 @@ class Decider:
         return decision
 
     def _would_measure(self, problem: ConvProblem, device: torch.device) -> bool:
-        timing = bool(self.verify) or (self.rule and self.rule_times)
+        timing = bool(self.rule_times or self.verify)
         return timing and self._can_time(device) and not self.selector.is_recorded(problem)
 
     def _can_time(self, device: torch.device) -> bool:
@@ -175,83 +171,106 @@ class Decider:
         """The claims of processes sharing ``cache`` (None for a cache without a folder of its own)."""
         if id(cache) not in self._claims:
             folder = getattr(cache, "folder", None)
-            self._claims[id(cache)] = None if folder is None else ProblemClaims(folder, self.policy.claim_stale_s)
+            stale_s = self.policy.sharing.claim_stale_s
+            self._claims[id(cache)] = None if folder is None else ProblemClaims(folder, stale_s)
         return self._claims[id(cache)]
 
     def decide_uncached(self, problem: ConvProblem, device: torch.device) -> Decision:
         """:meth:`decide` without the persistent cache."""
         if self.selector.is_recorded(problem):
             return self._recorded(problem)
-        if self.rule and not self.verify:
-            return self.by_rule(problem, device)
-        if self.verify and self.device.can_time(device):
-            measured = self.verifier.measure(problem, device)
-            if measured.why_not:
-                return Decision(problem.key, DEFAULT_ID, "model", measured.why_not)
-            times, host_us = measured.times_ms, measured.host_us
-            return self._judge(problem, fastest(times, host_us), times, times.get(DEFAULT_ID), "measured",
-                               self.policy.min_measured_ratio, host_us)  # fmt: skip
-        # The model's shortlist of the nearest recorded problem's list, judged by its predicted times. Only where
-        # these predict a gain worth a closer look is cuDNN's live list of the problem ranked instead: the query
-        # costs ~50 ms a problem (6.8 s of EfficientNet-B0 autocast's 7.3 s first pass on the H200), and it is paid
-        # again at every new input size of a network whose input varies (``live_list_scope`` "layer": once a layer).
-        k = self.policy.predict_top_k
-        decision = self._predicted(problem, self.candidates.ranked(problem, False, k))
-        live = device.type == "cuda" and self.candidates.live_available()
-        if live and decision.times_ms and worth_a_closer_look(self.policy, decision.times_ms):
-            modes = self.policy.predict_live_modes
-            decision = self._predicted(problem, self.candidates.ranked(problem, True, k, modes))
-        return decision
+        return self.by_rule(problem, device)
 
     def by_rule(self, problem: ConvProblem, device: torch.device) -> Decision:
         """An unrecorded problem's decision by the rule: pass through, switch untimed, or time the model's top ``k``
-        and PyTorch's default, whichever is expected to save the most (:func:`algosel.runtime.rule.decide`); a
-        layer's measured verdict at a near size passes a "default fastest" through untimed and limits timing to its
-        switch (:mod:`algosel.runtime.recurrence`)."""
+        and PyTorch's default, whichever is expected to save the most (:func:`algosel.runtime.rule.decide`); verify
+        mode times its top ``verify`` instead. A layer's measured verdict at a near size passes a "default fastest"
+        through untimed and limits timing to its switch (:mod:`algosel.runtime.recurrence`)."""
         recurrence = self.recurrence
         recurrence.met(problem)
-        if self.calibration is None or not self.verifier.has_times():
-            return Decision(problem.key, DEFAULT_ID, "model", "no calibrated time model")
         budget = self.tuning_budget_s
-        can_time = self.rule_times and self._can_time(device)
+        can_time = bool(self.rule_times or self.verify) and self._can_time(device)
         can_time = can_time and (budget is None or self.verifier.planning_s < budget)
         verdict = recurrence.near_verdict(problem) if can_time else None
         if verdict is not None and verdict.candidate_id == DEFAULT_ID:
             return Decision(problem.key, DEFAULT_ID, "model", "default fastest at a near size of the layer")
-        ranked = self.candidates.ranked(problem, False, self.policy.rule_max_timed + 1)
-        ids = [c.candidate_id for c in ranked.choices if c.candidate_id != DEFAULT_ID]
+        if self.verify and can_time:
+            return self._verified(problem, device, verdict)
+        if self.calibration is None or not self.verifier.has_times():
+            return Decision(problem.key, DEFAULT_ID, "model", "no calibrated time model")
+        ids = self.top(problem, self.policy.rule_max_timed)
         if verdict is not None and verdict.candidate_id in ids:
             ids = [verdict.candidate_id]
         if not ids:
             return Decision(problem.key, DEFAULT_ID, "model", "predicted best")
-        times = self.verifier.predicted(problem, [*ids, DEFAULT_ID], ranked)
-        errors = self.calibration.for_problem(problem, self.selector.records_distance(problem))
+        times = self.verifier.predicted(problem, [*ids, DEFAULT_ID])
+        # the route's host cost, and the host time the records say the first candidate takes over PyTorch's default
+        host_us = self.recorded_host_us(problem, [ids[0], DEFAULT_ID])
         policy = self.policy
         costs = Costs(policy.plan_build_ms, policy.timing_overhead_ms, policy.timer.max_repeats + 1,
-                      self.overhead_us(problem, ids[0]))  # fmt: skip
-        action = rule_decide(times, ids, errors, recurrence.expected_calls(problem), costs, policy.rule_max_timed,
-                             can_time, min_win_share=policy.untimed_min_win_share)  # fmt: skip
+                      self.overhead_us(problem, ids[0]) + host_extra_us(host_us, ids[0]))  # fmt: skip
+        action = rule_decide(times, ids, self.errors(problem), recurrence.expected_calls(problem), costs,
+                             policy.rule_max_timed, can_time, min_win_share=UNTIMED_WIN_SHARE)  # fmt: skip
         if action.kind == PASS:
-            return Decision(problem.key, DEFAULT_ID, "model", action.reason, times)
+            return Decision(problem.key, DEFAULT_ID, "model", action.reason, times, host_us)
         if action.kind == SWITCH:
-            return Decision(problem.key, action.candidates[0], "predicted", action.reason, times)
-        if getattr(self._beside, "on", False):  # timing needs the step's stream: its thread times them
-            return Decision(problem.key, DEFAULT_ID, "model", TIME_ON_STEP, times)
+            return Decision(problem.key, action.candidates[0], "predicted", action.reason, times, host_us)
+        return self._timed(problem, device, list(action.candidates), verdict, times)
+
+    def _verified(self, problem: ConvProblem, device: torch.device, verdict: Decision | None) -> Decision:
+        """Verify mode's decision: its top ``verify`` timed (the layer's switch alone where a near size found one),
+        nothing where the default is predicted too short for any candidate to save the least gain."""
+        if self.too_short_to_pay(problem):
+            return Decision(problem.key, DEFAULT_ID, "model", TOO_SHORT_TO_PAY)
+        ids = self.top(problem, self.verify)
+        if verdict is not None and verdict.candidate_id in ids:
+            ids = [verdict.candidate_id]
+        if not ids:
+            return Decision(problem.key, DEFAULT_ID, "model", "predicted best")
+        return self._timed(problem, device, ids, verdict)
+
+    def _timed(self, problem: ConvProblem, device: torch.device, timed: list[str], verdict: Decision | None,
+               predicted: dict[str, float] | None = None) -> Decision:  # fmt: skip
+        """Time ``timed`` and PyTorch's default, keep the fastest where it pays (on the step's thread: timing needs
+        its stream; beside the step, a decision that says so)."""
+        if getattr(self._beside, "on", False):
+            return Decision(problem.key, DEFAULT_ID, "model", TIME_ON_STEP, predicted or {})
         t0 = self.verifier.clock()
-        timed = list(action.candidates)
         if verdict is None and device.type == "cuda" and self.candidates.live_available():
             # what is timed comes from cuDNN's own list of the problem where it can be queried (a few ms): the
             # nearest recorded problem's configs may not build for it
-            live = self.candidates.ranked(problem, True, len(timed) + 1, policy.verify_live_modes)
+            live = self.candidates.ranked(problem, True, len(timed) + 1, LIVE_MODES)
             timed = [c.candidate_id for c in live.choices if c.candidate_id != DEFAULT_ID][: len(timed)]
         measured, host_us = self.verifier.time_candidates(problem, timed, device)
         self.verifier.measured_problems += 1
         self.verifier.planning_s += self.verifier.clock() - t0
-        # judged as a measurement in a GPU-bound step: probation and the step trial still check that the step gains
-        decision = self._judge(problem, fastest(measured, host_us), measured, measured.get(DEFAULT_ID),
-                               "measured", policy.min_measured_ratio, host_us, device_bound=True)  # fmt: skip
-        recurrence.remember(problem, decision.candidate_id)
+        # the rule's measurement is judged as in a GPU-bound step (probation and the step trial still check that the
+        # step gains); verify mode's by the looks so far, as a recorded problem's
+        decision = self._judge(problem, fastest(measured, host_us), measured, measured.get(DEFAULT_ID), "measured",
+                               self.policy.min_measured_ratio, host_us, device_bound=not self.verify)  # fmt: skip
+        self.recurrence.remember(problem, decision.candidate_id)
         return decision
+
+    def top(self, problem: ConvProblem, k: int) -> list[str]:
+        """The model's top ``k`` candidates of ``problem`` other than PyTorch's default (of the nearest recorded
+        problem's list)."""
+        ranked = self.candidates.ranked(problem, False, k + 1)
+        return [c.candidate_id for c in ranked.choices if c.candidate_id != DEFAULT_ID][:k]
+
+    def errors(self, problem: ConvProblem) -> Any:
+        """The calibration's error rows for ``problem``'s family and distance from the records."""
+        return self.calibration.for_problem(problem, self.selector.records_distance(problem))
+
+    def too_short_to_pay(self, problem: ConvProblem) -> bool:
+        """Whether the model predicts PyTorch's default too short for any candidate to save the least gain even at
+        the calibration's largest held-out error of the default's time (never, without a calibrated time model)."""
+        if not self.verifier.has_times() or self.calibration is None:
+            return False
+        default_ms = self.verifier.predicted(problem, [DEFAULT_ID]).get(DEFAULT_ID)
+        if not finite(default_ms):
+            return False
+        largest = float(2.0 ** max(self.errors(problem).default, default=0.0))
+        return 1e3 * default_ms * largest < self.policy.min_gain_us
 
     def _recorded(self, problem: ConvProblem) -> Decision:
         """A recorded problem: its records' fastest (verify mode: they are measurements of this GPU) or the model's
@@ -276,22 +295,6 @@ class Decider:
             host_us = self.recorded_host_us(problem, [cid, DEFAULT_ID])
         return self._judge(problem, cid, times, default_ms, "records", self.policy.min_measured_ratio, host_us)
 
-    def _predicted(self, problem: ConvProblem, ranked: Ranked) -> Decision:
-        """The decision of the model's shortlist ``ranked`` for an unrecorded problem, by their predicted times."""
-        ids = [c.candidate_id for c in ranked.choices]
-        if not self.verifier.has_times():
-            why = "predicted best" if ids[0] == DEFAULT_ID else "no gain estimate for an unrecorded problem"
-            return Decision(problem.key, DEFAULT_ID, "model", why)
-        times = self.verifier.predicted(problem, list(dict.fromkeys([*ids, DEFAULT_ID])), ranked)
-        best = min(ids, key=lambda c: times.get(c, math.inf))
-        return self._judge(problem, best, times, times.get(DEFAULT_ID), "predicted",
-                           self.min_predicted_ratio(problem),
-                           self.recorded_host_us(problem, [best, DEFAULT_ID]))  # fmt: skip
-
-    def min_predicted_ratio(self, problem: ConvProblem) -> float:
-        """How much faster than PyTorch's default the model must predict a candidate of ``problem`` to switch."""
-        return self.policy.min_predicted(self.verifier.far_from_records(problem))
-
     def rejudge(self, problem: ConvProblem, hit: Decision) -> Decision:
         """A cached decision under this executor's policy: a switch is kept only if it still pays; a pass-through for
         a gain below the threshold is judged again with its fastest candidate."""
@@ -308,7 +311,7 @@ class Decider:
             cid = min(others, key=others.get)
         else:
             return hit
-        ratio = self.min_predicted_ratio(problem) if hit.source == "predicted" else self.policy.min_measured_ratio
+        ratio = self.policy.min_measured_ratio
         host_us = hit.host_us if hit.source == "measured" else self.recorded_host_us(problem, [cid, DEFAULT_ID])
         # a switch kept for a GPU-bound step is judged by that rule again (the process that kept it looked at the
         # device; this one has not yet, and its probation and step trial still check that it pays here)
@@ -349,7 +352,7 @@ class Decider:
         is one probation exempts (``probation_exempt_gain_us``: switched at once, no looks); ``""`` otherwise."""
         if not self.device.can_time(device) or planned or problem.dtype not in self.dtypes:
             return ""
-        exempt_us = self.policy.probation_exempt_gain_us
+        exempt_us = self.policy.looks.exempt_gain_us
         cache = self.cache_for(device)
         hit = cache.get(problem.key) if cache is not None else None
         if self.selector.is_recorded(problem) or (hit is not None and hit.source in ("records", "measured")):
@@ -360,7 +363,7 @@ class Decider:
         # the nearest recorded list: a query of cuDNN's live list is not paid by a signature whose looks find the
         # device idle
         verifier = self.verifier
-        if verifier.too_short_to_pay(problem):
+        if self.too_short_to_pay(problem):
             return ""
         if verifier.has_times():
             default_ms = verifier.predicted(problem, [DEFAULT_ID]).get(DEFAULT_ID, math.nan)
@@ -371,7 +374,7 @@ class Decider:
                 # docs/results/2026-12-06-gpu-bound-zoo-h100.md); a signature whose looks find the device busy ranks
                 # it when it is timed
                 return LOOK
-        ids = verifier.shortlist_to_time(problem, live=False)[0]
+        ids = self.top(problem, self.verify or self.policy.rule_max_timed)
         if ids and self.verifier.has_times():
             times = self.verifier.predicted(problem, [*ids, DEFAULT_ID])
             default_ms = times.get(DEFAULT_ID, math.nan)

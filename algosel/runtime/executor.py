@@ -68,10 +68,10 @@ class Executor:
         self.config = config = config or HookConfig.of(options)
         self.policy = policy = config.effective_policy()
         #: The model, loaded at once or (``background_load``) beside the first steps (:mod:`algosel.runtime.loading`).
-        self.model = ModelLoading(config.selector, config.rule and calibration is None, config.background_load)
+        self.model = ModelLoading(config.selector, calibration is None, config.background_load)
         self._verify_k = config.verify
         self._given = {"candidates": candidates, "live": config.live, "measurer": measurer,
-                       "record_measured": config.record_measured, "calibration": calibration, "rule": config.rule,
+                       "record_measured": config.record_measured, "calibration": calibration,
                        "rule_times": config.rule_times, "tuning_budget_s": config.tuning_budget_s}  # fmt: skip
         self._parts: ModelParts | None = None
         #: Where new problems are decided beside the step (``decide_aside``; :mod:`algosel.runtime.aside`), else None.
@@ -111,7 +111,7 @@ class Executor:
             with self._lock:
                 if self._parts is None:
                     self._parts = ModelParts.make(self, model)
-                    if self.config.decide_aside and self.config.rule and not self.config.verify:
+                    if self.config.decide_aside and not self.config.verify:
                         decider = self._parts.decider
                         self.aside = DecidingAside(decider.prepare, decider.prepared)
         return self._parts
@@ -143,7 +143,7 @@ class Executor:
 
     @property
     def probe_calls(self) -> int:
-        return self.policy.probe_calls
+        return self.policy.looks.probe_calls
 
     @property
     def step_aside(self) -> bool:
@@ -202,11 +202,6 @@ class Executor:
     def decide(self, problem: ConvProblem, device: torch.device) -> Decision:
         """What ``problem`` runs (:meth:`Decider.decide`)."""
         return self.decider.decide(problem, device)
-
-    def shortlist_to_time(self, problem: ConvProblem, gain_filter: bool = False, prune: bool = True,
-                          live: bool | None = None) -> tuple[list[str], str]:  # fmt: skip
-        """What verify mode times on a new ``problem`` (:meth:`Verifier.shortlist_to_time`)."""
-        return self.verifier.shortlist_to_time(problem, gain_filter, prune, live)
 
     def plan(self, problem: ConvProblem, device: torch.device) -> Plan:
         """``problem``'s plan, decided and built the first time."""
@@ -277,7 +272,7 @@ class Executor:
         if route.kind != "function":
             self.call_stats.add_route(route)
         if (route.kind != "native" and self.probe_calls and key not in self.routes.looked
-                and sum(p.gain_us for p in plans) < self.policy.probation_exempt_gain_us):  # fmt: skip
+                and sum(p.gain_us for p in plans) < self.policy.looks.exempt_gain_us):  # fmt: skip
             route.probe = Looks()
         if self.recorder is not None and not self.selector.is_recorded(problem):
             route.unseen = self.recorder
@@ -312,15 +307,16 @@ class Executor:
         return self.blocks.busy_fractions()
 
     def device_bound(self) -> bool:
-        """Whether the step is GPU-bound by the looks so far: at least ``device_bound_min_looks`` of them, pooled
-        over the executor's routes (forward and backward), of which ``device_bound_busy_fraction`` found the device
+        """Whether the step is GPU-bound by the looks so far: at least four signatures' worth of them, pooled over the
+        executor's routes (forward and backward), of which ``policy.looks.device_bound_fraction`` found the device
         busy."""
         looks = getattr(self, "probation", None)  # (none while the executor is being made)
         if looks is None:
             return False
         looks = looks.looks
         total, busy = looks.calls + looks.back_calls, looks.busy + looks.back_busy
-        return total >= self.policy.device_bound_min_looks and busy >= self.policy.device_bound_busy_fraction * total
+        bound = self.policy.looks
+        return total >= bound.device_bound_min_looks() and busy >= bound.device_bound_fraction * total
 
     def deciding(self) -> int:
         """Call signatures still looking at the device or on probation, plus one while a step trial is under way or

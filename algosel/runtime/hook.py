@@ -83,14 +83,12 @@ def mode_config(config: dict[str, Any]) -> dict[str, Any]:
     Under the rule, new problems are decided beside the step (``decide_aside``, :mod:`algosel.runtime.aside`)."""
     if "background_load" not in config:  # the model loads beside the first steps (runtime.loading)
         config = {**config, "background_load": True}
-    if "rule" in config:
-        return config
     verify = config.get("verify")
     aside = {"decide_aside": config.get("decide_aside", True)}  # new problems decided beside the step (runtime.aside)
     if verify is None:
-        return {**config, "rule": True, **aside}
+        return {**config, **aside}
     if verify is False or (isinstance(verify, int) and not isinstance(verify, bool) and verify == 0):
-        return {**config, "verify": 0, "rule": True, "rule_times": False, **aside}
+        return {**config, "verify": 0, "rule_times": False, **aside}
     return config
 
 

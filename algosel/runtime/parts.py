@@ -25,8 +25,7 @@ class ModelParts:
     @classmethod
     def make(cls, ex: Any, model: ModelLoading) -> ModelParts:
         given, policy, selector = ex._given, ex.policy, model.selector
-        candidates = given["candidates"] or ModelCandidates(selector, ex.max_workspace_bytes, given["live"],
-                                                            policy.live_list_scope)  # fmt: skip
+        candidates = given["candidates"] or ModelCandidates(selector, ex.max_workspace_bytes, given["live"])
         verifier = Verifier(policy, selector, candidates, ex.verify, given["measurer"], ex.clock)
         records = given["record_measured"]
         if records is not None:
@@ -35,5 +34,5 @@ class ModelParts:
             verifier.records = records if hasattr(records, "add") else MeasuredRecords(records)
         decider = Decider(policy, selector, candidates, verifier, ex.device_probe, ex.runtime_cache, ex.native_module,
                           ex.max_workspace_bytes, ex.device_bound, given["calibration"] or model.calibration,
-                          given["rule"], given["rule_times"], given["tuning_budget_s"])  # fmt: skip
+                          given["rule_times"], given["tuning_budget_s"])  # fmt: skip
         return cls(selector, model.unavailable, candidates, verifier, decider)

@@ -2,7 +2,8 @@
 
 A gain in device time is worth nothing where the device waits for the host: a host-bound training step (most steps
 on an H200) runs as fast as the host enqueues it, and a switch costs it host time without shortening it. So a route
-that switches a CUDA convolution away from PyTorch's path starts on probation: its first ``policy.probe_calls`` calls
+that switches a CUDA convolution away from PyTorch's path starts on probation: its first
+``policy.looks.probe_calls`` calls
 run PyTorch's own convolution while the executor looks whether the device is still busy with earlier work when the
 call arrives (a stream query, about a microsecond), and again when the call's gradient comes back (just before
 autograd enqueues its backward directions). Where the device was busy in at least ``min_busy_fraction`` of the
@@ -74,7 +75,7 @@ class Probation:
             route.probe = None
             return self._time_next(route) if route.key is not None else True
         self.count(probe, busy, backward=False)
-        if probe.calls < self.policy.probe_calls:
+        if probe.calls < self.policy.looks.probe_calls:
             self.stats.count(PROBING, len(route.reasons))
             return False
         route.probe, route.looked = None, probe
@@ -102,8 +103,8 @@ class Probation:
 
     def count(self, probe: Looks, busy: bool | None, backward: bool) -> None:
         """Count a look (``busy`` None: it could not tell) into the route's and the pooled looks, unless it comes
-        within ``probe_settle_s`` of any executor's planning."""
-        if busy is None or self.clock() - STATE.planned_at_s < self.policy.probe_settle_s:
+        within ``policy.looks.settle_s`` of any executor's planning."""
+        if busy is None or self.clock() - STATE.planned_at_s < self.policy.looks.settle_s:
             return
         probe.add(busy, backward)
         self.looks.add(busy, backward)

@@ -35,6 +35,12 @@ if TYPE_CHECKING:  # (importing the hook loads no model library)
     from algosel.learn.calibration import ErrorSamples
 
 PASS, SWITCH, TIME = "pass", "switch", "time"
+#: The runtime's least share of error rows in which an untimed switch saves time: every one, so that only a switch no
+#: held-out error reverses is made untimed (fully connected mode's GEMM). Not a tunable: the runtime's promise (never
+#: slower than the default) where timing is not worth its cost. At 0.95 the replay's untimed switches made 5 of 14
+#: networks' steady steps 1-5% slower than the default (float32 pointwise weight gradients whose default ran 2-4x
+#: faster than predicted; benchmarks/replay.py).
+UNTIMED_WIN_SHARE = 1.0
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,9 @@ class CpuAsCuda:
     def routes(self, device: torch.device) -> bool:
         return device.type in ("cpu", "cuda")
 
+    def can_time(self, device: torch.device) -> bool:
+        return False  # (asked of a CUDA device object on a machine without one, CUDA's seam would fail)
+
 
 class CudaWithoutTrials:
     """CUDA's device seam without step trials (no block clock): routes tested for themselves, not judged by a

@@ -35,10 +35,10 @@ class StepTrial:
     """One trial of an executor's switches (see the module docstring); driven by its blocks' begin and end."""
 
     clock: Any
-    pairs: int = DEFAULT_POLICY.trial_pairs
-    margin: float = DEFAULT_POLICY.trial_margin
-    min_wins: int = DEFAULT_POLICY.trial_min_wins
-    max_scatter: float = DEFAULT_POLICY.trial_max_scatter
+    pairs: int = DEFAULT_POLICY.trial.pairs
+    margin: float = DEFAULT_POLICY.trial.margin
+    min_wins: int = DEFAULT_POLICY.trial.min_wins
+    max_scatter: float = DEFAULT_POLICY.trial.max_scatter
     blocks: int = 0  # blocks begun
     spans_ms: dict[str, list[float]] = field(default_factory=lambda: {"on": [], "off": []})
     _open: tuple[str, Any] | None = None  # the block under way: its arm and start mark
@@ -47,7 +47,8 @@ class StepTrial:
     @classmethod
     def from_policy(cls, clock: Any, policy: SwitchPolicy) -> StepTrial:
         """A trial with ``policy``'s pairs, margin, least wins and most scatter."""
-        return cls(clock, policy.trial_pairs, policy.trial_margin, policy.trial_min_wins, policy.trial_max_scatter)
+        t = policy.trial
+        return cls(clock, t.pairs, t.margin, t.min_wins, t.max_scatter)
 
     def arm(self, block: int) -> str:
         """The arm of block ``block`` (from 0): pairs in ABBA order, ``on`` first."""

@@ -1,29 +1,17 @@
-"""Verify mode's measurements: which candidates of a new problem are worth timing, and their times.
+"""Timing a new problem's candidates: PyTorch's default and a shortlist, once each, with the sweeper's timer.
 
-On the first call of a problem the records lack, verify mode times PyTorch's default and the model's top ``verify``
-candidates once with the sweeper's timer (a small budget; ``policy.timer``), and keeps the fastest where it pays
-(:mod:`algosel.runtime.decisions`). What it times:
-
-- nothing where the model predicts the default too short for any candidate to save the least gain;
-- the shortlist: the model's top ``verify`` of cuDNN's live list (heuristic modes ``policy.verify_live_modes``) or,
-  where it cannot be queried, of the nearest recorded problem's list, pruned to those predicted within
-  ``verify_max_predicted_ratio`` of the default (``_far`` where the model extrapolates), the first always;
-- on a long call (default >= ``verify_whole_list_ms``), the rest of all three modes' lists up to
-  ``verify_list_max`` candidates, none that compiles at build time, none started after ``verify_rest_budget_s``.
-
-The model's predicted times miss what problems the records lack gain, so a shortlist is timed whatever gain is
-predicted (``gain_filter=True`` brings back the filter; docs/hook.md has the measurements behind each choice).
-Gradients are timed on autograd's thread for the device: PyTorch keeps its cuDNN plans per thread, and the default's
-plans built for the timing are then the ones the network's backward uses.
+The decider (:mod:`algosel.runtime.decisions`) says what to time: the rule's top ``k`` where timing is expected to
+pay, or verify mode's top ``verify`` on every new problem the records lack. This module times them (a small budget;
+``policy.timer``) and gives the model's predicted times the decider weighs. Gradients are timed on autograd's thread
+for the device: PyTorch keeps its cuDNN plans per thread, and the default's plans built for the timing are then the
+ones the network's backward uses.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -32,15 +20,7 @@ from algosel.candidates import DEFAULT_ID
 from algosel.problem import ConvProblem
 from algosel.runtime.autograd_thread import on_autograd_thread
 from algosel.runtime.candidates import CandidateSource, Ranked
-from algosel.runtime.policy import (
-    PREDICTED_GAIN_TOO_SMALL,
-    TOO_SHORT_TO_PAY,
-    SwitchPolicy,
-    finite,
-    pruned_shortlist,
-    too_short_to_pay,
-    worth_a_closer_look,
-)
+from algosel.runtime.policy import SwitchPolicy, finite
 from algosel.runtime.state import planning
 from algosel.spaces import get_space, split_candidate_id
 
@@ -64,21 +44,12 @@ def runtime_measurer(policy: SwitchPolicy, math: str = "caller") -> Measurer:
 
     timer = CudaEventTimer(**policy.timer.as_kwargs())
     return Sweeper([], timer, {"env_id": "runtime"}, operand_sets=1, reference="first", math=math,
-                   slow_build_s=policy.verify_slow_build_s)  # fmt: skip
-
-
-@dataclass
-class Measured:
-    """What verify mode measured on one problem: device times (ms) and host times (us) by candidate, or why nothing
-    was timed."""
-
-    times_ms: dict[str, float] = field(default_factory=dict)
-    host_us: dict[str, float] = field(default_factory=dict)
-    why_not: str = ""
+                   slow_build_s=policy.timer.slow_build_s)  # fmt: skip
 
 
 class Verifier:
-    """Verify mode's choice of what to time, and the timing (see the module docstring)."""
+    """Times candidates and predicts their times for the decider (see the module docstring); ``k``: verify mode's
+    candidates a problem (0: the rule's)."""
 
     def __init__(self, policy: SwitchPolicy, selector: Any, candidates: CandidateSource, k: int,
                  measurer: Measurer | None = None, clock: Callable[[], float] = time.perf_counter):  # fmt: skip
@@ -106,74 +77,7 @@ class Verifier:
             return self.selector.predicted_time_ms(problem, ids, rows=ranked.rows)
         return self.selector.predicted_time_ms(problem, ids)
 
-    def far_from_records(self, problem: ConvProblem) -> bool:
-        """Whether ``problem`` lies farther than ``near_records_distance`` from every recorded problem of its kind:
-        the model's predicted times are extrapolations there."""
-        return self.selector.records_distance(problem) > self.policy.near_records_distance
-
-    def too_short_to_pay(self, problem: ConvProblem) -> bool:
-        """Whether the model predicts PyTorch's default too short for any candidate to save the least gain."""
-        if not self.has_times():
-            return False
-        return too_short_to_pay(self.policy, self.predicted(problem, [DEFAULT_ID]).get(DEFAULT_ID))
-
-    # ------------------------------------------------------------------------------------ what to time
-    def shortlist_to_time(self, problem: ConvProblem, gain_filter: bool = False, prune: bool = True,
-                          live: bool | None = None) -> tuple[list[str], str]:  # fmt: skip
-        """The candidates verify mode times on a new ``problem`` besides PyTorch's default, or none and why not
-        (``live``: force either list; ``prune=False``: the whole top ``k``; ``gain_filter``: nothing where the
-        predicted gain is not worth timing)."""
-        if self.too_short_to_pay(problem):
-            return [], TOO_SHORT_TO_PAY
-        use_live = (True if live is None else live) and self.candidates.live_available()
-        ranked = self.candidates.ranked(problem, use_live, self.k + 1, self.policy.verify_live_modes)
-        ids = [c.candidate_id for c in ranked.choices if c.candidate_id != DEFAULT_ID][: self.k]
-        if not ids:
-            return [], "predicted best"
-        if self.has_times() and (gain_filter or prune):
-            times = self.predicted(problem, [*ids, DEFAULT_ID], ranked)
-            if gain_filter and not worth_a_closer_look(self.policy, times):
-                return [], PREDICTED_GAIN_TOO_SMALL
-            if prune:
-                ids = pruned_shortlist(ids, times, self.policy.max_predicted(self.far_from_records(problem)))
-        return ids, ""
-
-    def rest_of_list_to_time(self, problem: ConvProblem, timed: list[str], default_ms: float | None) -> list[str]:
-        """What verify mode times after its shortlist ``timed`` where PyTorch's default measured ``default_ms``:
-        nothing under ``verify_whole_list_ms``; else the model's ranking of all three modes' lists without what was
-        timed, pruned as the shortlist is, up to ``verify_list_max`` in all, none compiled at build time."""
-        policy = self.policy
-        if default_ms is None or default_ms < policy.verify_whole_list_ms:
-            return []
-        ranked = self.candidates.ranked(problem, self.candidates.live_available(), policy.verify_list_max + 1,
-                                        policy.verify_whole_list_modes)  # fmt: skip
-        ids = [c.candidate_id for c in ranked.choices if c.candidate_id != DEFAULT_ID
-               and policy.runtime_compiled_note not in c.notes.split(",")][: policy.verify_list_max]  # fmt: skip
-        rest = [c for c in ids if c not in timed]
-        if rest and self.has_times():
-            times = self.predicted(problem, [*rest, DEFAULT_ID], ranked)
-            limit_ms = policy.max_predicted(self.far_from_records(problem)) * times.get(DEFAULT_ID, math.inf)
-            rest = [c for c in rest if not finite(times.get(c)) or times[c] <= limit_ms]
-        return rest[: max(policy.verify_list_max - len(timed), 0)]
-
     # ------------------------------------------------------------------------------------------- timing
-    def measure(self, problem: ConvProblem, device: torch.device) -> Measured:
-        """Time the shortlist and PyTorch's default once (and the rest of the list after a long default)."""
-        t0 = self.clock()
-        ids, why = self.shortlist_to_time(problem)
-        if why:
-            return Measured(why_not=why)
-        times, host_us = self.time_candidates(problem, ids, device)
-        rest = self.rest_of_list_to_time(problem, ids, times.get(DEFAULT_ID))
-        if rest:  # a long call: the rest of the list, PyTorch's default first again as the reference
-            deadline_s = time.perf_counter() + self.policy.verify_rest_budget_s
-            more_times, more_host_us = self.time_candidates(problem, rest, device, deadline_s)
-            times.update({c: t for c, t in more_times.items() if c != DEFAULT_ID})
-            host_us.update({c: h for c, h in more_host_us.items() if c != DEFAULT_ID})
-        self.measured_problems += 1
-        self.planning_s += self.clock() - t0
-        return Measured(times, host_us)
-
     def time_candidates(self, problem: ConvProblem, ids: list[str], device: torch.device,
                         deadline_s: float | None = None) -> tuple[dict[str, float], dict[str, float]]:  # fmt: skip
         """Median device time (ms) and host time per call (us) of PyTorch's default and ``ids`` on ``problem``

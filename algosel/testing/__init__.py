@@ -4,6 +4,8 @@ patching algosel's modules or reaching into their private names.
 :func:`fake_gpu` makes the process look as if it had a CUDA device of a given name (which model loads, which GPU a
 joint model ranks for, what is refused); :func:`algosel.records.environment.described_as` is the narrower seam it
 uses for the hardware (and a GPU's identity alone, where torch's device queries must stay real).
+:func:`exact_calibration` is a calibration that says the model's predicted times are the truth, so that the rule
+(:mod:`algosel.runtime.rule`) acts on a stand-in selector's predictions as they are.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from unittest import mock
 
 from algosel.records.environment import described_as
 
-__all__ = ["fake_gpu"]
+__all__ = ["exact_calibration", "fake_gpu"]
 
 
 @contextlib.contextmanager
@@ -39,3 +41,14 @@ def fake_gpu(
             stack.enter_context(mock.patch.object(owner, attribute, lambda *args, _answer=answer, **kwargs: _answer))
         stack.enter_context(described_as(hardware=dict(hardware or {})))
         yield
+
+
+def exact_calibration(ranks: int = 3) -> Any:
+    """A calibration (``Executor(calibration=...)``) whose every error is zero: an untimed switch is made where the
+    predicted saving over the expected calls pays its costs, and timing is worth only what it costs (never more than
+    switching untimed)."""
+    import numpy as np  # noqa: PLC0415
+
+    from algosel.learn.calibration import Calibration, ErrorSamples  # noqa: PLC0415
+
+    return Calibration({"all": ErrorSamples(np.zeros(1), np.zeros((1, ranks)))})
