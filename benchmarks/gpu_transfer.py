@@ -30,6 +30,7 @@ import time
 import zlib
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -47,74 +48,130 @@ def share(shapes: np.ndarray, fraction: float, seed: int) -> np.ndarray:
     return np.array([s in chosen for s in shapes])
 
 
-def run(known: list[str], new: list[str], model: str, fractions: list[float], seeds: list[int], threads: int,
-        progress=print, curve_only: bool = False, known_only: bool = False) -> pd.DataFrame:  # fmt: skip
-    """The rows of the table (see the module docstring): ``gpu``, ``selector``, ``seed`` and :data:`COLUMNS`."""
-    from algosel.learn.artifact import tuned_params  # noqa: PLC0415
-    from algosel.learn.evaluate import Prepared, is_test_shape  # noqa: PLC0415
-    from algosel.learn.joint import joint_environments, scores  # noqa: PLC0415
-    from algosel.learn.ranker import Ranker, RankerParams  # noqa: PLC0415
-    from algosel.learn.selector import Selector  # noqa: PLC0415
-    from algosel.records import load_records  # noqa: PLC0415
-    from algosel.records.environment import gpu_slug  # noqa: PLC0415
+class Side(NamedTuple):
+    """One GPU's side of the table: its name, its records and its held-out rows."""
 
-    t0 = time.perf_counter()
-    params = tuned_params(model, RankerParams(num_threads=threads))
-    frame_k, envs_k = load_records(*known)
-    frame_n, envs_n = load_records(*new)
-    frame, environments = joint_environments(pd.concat([frame_k, frame_n], ignore_index=True), {**envs_k, **envs_n})
-    new_ids = set(frame_n["env_id"])
-    known_ids = set(frame_k["env_id"]) - new_ids
-    prep = Prepared.build(frame, {**envs_k, **envs_n})
-    on_new = prep.data["env_id"].isin(new_ids).to_numpy()
-    on_known = prep.data["env_id"].isin(known_ids).to_numpy()
-    test = is_test_shape(prep.shape)
-    slug_new = gpu_slug(envs_n[next(iter(new_ids))])
-    slug_known = gpu_slug(envs_k[next(iter(known_ids))])
-    records_new, records_known = frame[frame["env_id"].isin(new_ids)], frame[frame["env_id"].isin(known_ids)]
-    test_new, test_known = prep.rows(test & on_new), prep.rows(test & on_known)
-    progress(
-        f"{len(frame):,} records ({slug_known} {int(on_known.sum()):,} rows, {slug_new} {int(on_new.sum()):,}); "
-        f"held out: {test_new.data['problem_key'].nunique()} {slug_new} problems, "
-        f"{test_known.data['problem_key'].nunique()} {slug_known}; features in {time.perf_counter() - t0:.0f} s"
-    )
-    rows = []
+    gpu: str
+    records: pd.DataFrame
+    test: object
 
-    def add(gpu: str, name: str, seed, ranker, records, test_rows, baselines: bool = False):
-        got = scores(ranker, records, test_rows)
+
+class Transfer(NamedTuple):
+    """Both GPUs' records as one prepared set: which rows are held out and whose, each GPU's side, the settings
+    every model is fitted with and when the loading started (``time.perf_counter``)."""
+
+    params: object
+    prep: object
+    test: np.ndarray
+    on_new: np.ndarray
+    on_known: np.ndarray
+    new: Side
+    known: Side
+    t0: float
+
+    @classmethod
+    def load(cls, known: list[str], new: list[str], model: str, threads: int, progress) -> Transfer:
+        """The records of ``known`` and ``new``, ``model``'s settings on ``threads`` threads; a line to ``progress``."""
+        from algosel.learn.artifact import tuned_params  # noqa: PLC0415
+        from algosel.learn.evaluate import Prepared, is_test_shape  # noqa: PLC0415
+        from algosel.learn.joint import joint_environments  # noqa: PLC0415
+        from algosel.learn.ranker import RankerParams  # noqa: PLC0415
+        from algosel.records import load_records  # noqa: PLC0415
+        from algosel.records.environment import gpu_slug  # noqa: PLC0415
+
+        t0 = time.perf_counter()
+        params = tuned_params(model, RankerParams(num_threads=threads))
+        frame_k, envs_k = load_records(*known)
+        frame_n, envs_n = load_records(*new)
+        frame, _ = joint_environments(pd.concat([frame_k, frame_n], ignore_index=True), {**envs_k, **envs_n})
+        new_ids = set(frame_n["env_id"])
+        known_ids = set(frame_k["env_id"]) - new_ids
+        prep = Prepared.build(frame, {**envs_k, **envs_n})
+        on_new = prep.data["env_id"].isin(new_ids).to_numpy()
+        on_known = prep.data["env_id"].isin(known_ids).to_numpy()
+        test = is_test_shape(prep.shape)
+        slug_new = gpu_slug(envs_n[next(iter(new_ids))])
+        slug_known = gpu_slug(envs_k[next(iter(known_ids))])
+        records_new, records_known = frame[frame["env_id"].isin(new_ids)], frame[frame["env_id"].isin(known_ids)]
+        test_new, test_known = prep.rows(test & on_new), prep.rows(test & on_known)
+        progress(
+            f"{len(frame):,} records ({slug_known} {int(on_known.sum()):,} rows, {slug_new} {int(on_new.sum()):,}); "
+            f"held out: {test_new.data['problem_key'].nunique()} {slug_new} problems, "
+            f"{test_known.data['problem_key'].nunique()} {slug_known}; features in {time.perf_counter() - t0:.0f} s"
+        )
+        return cls(params, prep, test, on_new, on_known, Side(slug_new, records_new, test_new),
+                   Side(slug_known, records_known, test_known), t0)  # fmt: skip
+
+    def fit(self, mask: np.ndarray, seed: int = 0):
+        """A ranker fitted on the rows of ``mask`` (LightGBM's seed ``seed``)."""
+        from algosel.learn.ranker import Ranker  # noqa: PLC0415
+
+        part = self.prep.rows(mask)
+        return Ranker(replace(self.params, seed=seed)).fit_prepared(part.data, part.X)
+
+
+class TableRows:
+    """The table's rows as they are scored, a line to ``progress`` each (seconds since ``t0``)."""
+
+    def __init__(self, progress, t0: float) -> None:
+        self.rows: list[dict] = []
+        self.progress = progress
+        self.t0 = t0
+
+    def add(self, side: Side, name: str, seed, ranker, baselines: bool = False) -> None:
+        """``ranker``'s scores on ``side``'s held-out problems (and, with ``baselines``, the baselines' scores)."""
+        from algosel.learn.joint import scores  # noqa: PLC0415
+
+        got = scores(ranker, side.records, side.test)
         keep = ("model", *BASELINES) if baselines else ("model",)
         for sel in keep:
             label = name if sel == "model" else sel
-            rows.append({"gpu": gpu, "selector": label, "seed": seed, **{c: got[sel][c] for c in COLUMNS}})
-        progress(f"  {gpu} {name:<14} seed {seed}: geomean {got['model']['geomean']:.4f}, within 5% "
-                 f"{100 * got['model']['within_5pct']:.1f}%, total {got['model']['total_time_ratio']:.4f}  "
-                 f"({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+            self.rows.append({"gpu": side.gpu, "selector": label, "seed": seed, **{c: got[sel][c] for c in COLUMNS}})
+        self.progress(f"  {side.gpu} {name:<14} seed {seed}: geomean {got['model']['geomean']:.4f}, within 5% "
+                      f"{100 * got['model']['within_5pct']:.1f}%, total {got['model']['total_time_ratio']:.4f}  "
+                      f"({time.perf_counter() - self.t0:.0f} s)")  # fmt: skip
 
-    def fit(mask: np.ndarray, seed: int = 0):
-        part = prep.rows(mask)
-        return Ranker(replace(params, seed=seed)).fit_prepared(part.data, part.X)
 
-    shipped = Selector.load(model, force=True).ranker
-    if known_only:  # the known GPU: its model, and per seed a refit of its records against the joint model
-        add(slug_known, "known model", None, shipped, records_known, test_known, baselines=True)
-        for seed in seeds:
-            add(slug_known, "known refit", seed, fit(~test & on_known, seed), records_known, test_known)
-            add(slug_known, "joint", seed, fit(~test, seed), records_known, test_known)
-        return pd.DataFrame(rows)
-    add(slug_new, "known model", None, shipped, records_new, test_new, baselines=True)
-    add(slug_new, "new only", 0, fit(~test & on_new), records_new, test_new)
+def score_known_only(data: Transfer, table: TableRows, shipped, seeds: list[int]) -> None:
+    """The known GPU: its model, and per seed a refit of its records against the joint model."""
+    table.add(data.known, "known model", None, shipped, baselines=True)
+    for seed in seeds:
+        table.add(data.known, "known refit", seed, data.fit(~data.test & data.on_known, seed))
+        table.add(data.known, "joint", seed, data.fit(~data.test, seed))
+
+
+def score_transfer(data: Transfer, table: TableRows, shipped, fractions: list[float], seeds: list[int],
+                   curve_only: bool) -> None:  # fmt: skip
+    """The new GPU's rows (the known model, the new GPU's alone, joint, the learning curve), then the known GPU's."""
+    test, on_known, on_new = data.test, data.on_known, data.on_new
+    table.add(data.new, "known model", None, shipped, baselines=True)
+    table.add(data.new, "new only", 0, data.fit(~test & on_new))
     if not curve_only:
-        joint = fit(~test)
-        add(slug_new, "joint", 0, joint, records_new, test_new)
+        joint = data.fit(~test)
+        table.add(data.new, "joint", 0, joint)
     for fraction in fractions:
         for seed in seeds:
-            mask = ~test & (on_known | (on_new & share(prep.shape, fraction, seed)))
-            add(slug_new, f"joint {fraction:g}", seed, fit(mask, seed), records_new, test_new)
+            mask = ~test & (on_known | (on_new & share(data.prep.shape, fraction, seed)))
+            table.add(data.new, f"joint {fraction:g}", seed, data.fit(mask, seed))
     if not curve_only:
-        add(slug_known, "known model", None, shipped, records_known, test_known, baselines=True)
-        add(slug_known, "known refit", 0, fit(~test & on_known), records_known, test_known)
-        add(slug_known, "joint", 0, joint, records_known, test_known)
-    return pd.DataFrame(rows)
+        table.add(data.known, "known model", None, shipped, baselines=True)
+        table.add(data.known, "known refit", 0, data.fit(~test & on_known))
+        table.add(data.known, "joint", 0, joint)
+
+
+def run(known: list[str], new: list[str], model: str, fractions: list[float], seeds: list[int], threads: int,
+        progress=print, curve_only: bool = False, known_only: bool = False) -> pd.DataFrame:  # fmt: skip
+    """The rows of the table (see the module docstring): ``gpu``, ``selector``, ``seed`` and :data:`COLUMNS`."""
+    from algosel.learn.selector import Selector  # noqa: PLC0415
+
+    data = Transfer.load(known, new, model, threads, progress)
+    table = TableRows(progress, data.t0)
+    shipped = Selector.load(model, force=True).ranker
+    if known_only:
+        score_known_only(data, table, shipped, seeds)
+    else:
+        score_transfer(data, table, shipped, fractions, seeds, curve_only)
+    return pd.DataFrame(table.rows)
 
 
 def table(rows: pd.DataFrame) -> str:
@@ -130,17 +187,16 @@ def table(rows: pd.DataFrame) -> str:
 def smoke_data(root: Path) -> tuple[list[str], list[str], str]:
     """The slice and the slice as a made-up second GPU (tests/test_joint.py's recipe), and a model of the slice."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from test_joint import H100  # noqa: PLC0415
+    from support import h100_env  # noqa: PLC0415
 
     from algosel.learn.ranker import RankerParams  # noqa: PLC0415
     from algosel.learn.train import train  # noqa: PLC0415
     from algosel.records import load_records  # noqa: PLC0415
-    from algosel.records.environment import env_id  # noqa: PLC0415
     from algosel.records.store import write_part  # noqa: PLC0415
 
     sliced = ROOT / "data" / "samples" / "h200-slice"
     frame, _ = load_records(sliced)
-    env = dict(H100, env_id=env_id(H100))
+    env = h100_env()
     factor = frame["candidate_id"].map(lambda c: 0.7 + 0.7 * (zlib.crc32(c.encode()) % 100) / 100)
     other = frame.assign(env_id=env["env_id"], time_ms_median=frame["time_ms_median"] * factor)
     records = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}

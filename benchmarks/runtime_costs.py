@@ -13,22 +13,17 @@ whether the compiled path's results match PyTorch's, and whether an engine confi
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import statistics
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from compare import median_interval
+from host_timing import host_us_per_call, paired_extra_us
 
 from algosel.operands import conv_args, make_operands, relative_error
 from algosel.problem import ConvProblem
 from algosel.spaces import get_space
-
-CALLS = 300
 
 PROBLEMS = {
     "tiny-3x3-fp16-nhwc": ConvProblem(n=8, c=64, k=64, h=14, w=14, r=3, s=3, pad_h=1, pad_w=1, dtype="float16",
@@ -47,23 +42,6 @@ def Predicting(sel, faster: str | None = None):  # noqa: N802 - reads as the sel
     from algosel.runtime.standins import Preferring
 
     return Preferring(sel, faster or "nothing:", 0.1, recorded=False, host_costs=False)
-
-
-def host_us_per_call(fn, calls: int = CALLS, repeats: int = 5, spin_cycles: int = 200_000_000) -> float:
-    """Median over ``repeats`` of the host time of ``calls`` calls queued behind a blocked stream (``spin_cycles``
-    of GPU spin: ~100 ms by default, longer than the calls take to queue)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        torch.cuda._sleep(spin_cycles)  # the host queues everything before the GPU runs
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
 
 
 def run(args) -> dict:
@@ -127,13 +105,33 @@ def measure_problem(space, ext, problem: ConvProblem, pairs: int = 20) -> dict:
     torch.backends.cudnn.allow_tf32 = problem.dtype == "float32"
     torch.backends.cudnn.benchmark = False
     ops = make_operands(problem, "cuda")
-    x, w = ops.x, ops.w
     args_ = conv_args(problem)
+    cands, prepared, blob = time_planning(space, problem, row)
+    ref = measure_python_paths(space, prepared, ops, args_, row)
+    print("python paths", json.dumps(row, default=float), flush=True)
+    if ext is not None:
+        plan_route, native_route = load_routes(ext, space, problem, prepared, blob, ops, ref, row)
+        measure_routes(ext, plan_route, native_route, ops.x, ops.w, args_, ref, row)
+    # an engine config rebuilt from its name (no heuristic query)
+    row["rebuild_from_name"] = _rebuild_check(space, problem, cands[:6])
+    row["hook"] = measure_hook(problem, ops.x, ops.w, args_, pairs=pairs)
+    print("hook", json.dumps(row["hook"], default=float), flush=True)
+    return row
+
+
+def first_choice(cands):
+    """cuDNN's first choice (mode A's rank 0 or the best rank it gave) of a problem's candidates."""
+    return min((c for c in cands if c.rank_a >= 0), key=lambda c: c.rank_a)
+
+
+def time_planning(space, problem: ConvProblem, row: dict) -> tuple[list, object, bytes]:
+    """Enumerating the problem's candidates, building cuDNN's first choice's plan and serializing it, timed into
+    ``row``; the candidates, the prepared plan and its serialized bytes."""
     t0 = time.perf_counter()
     cands = space.enumerate(problem)
     row["enumerate_ms"] = 1e3 * (time.perf_counter() - t0)
     row["candidates"] = len(cands)
-    first = min((c for c in cands if c.rank_a >= 0), key=lambda c: c.rank_a)
+    first = first_choice(cands)
     t0 = time.perf_counter()
     prepared = space.prepare(problem, first)
     row["build_plan_ms"] = 1e3 * (time.perf_counter() - t0)
@@ -142,6 +140,13 @@ def measure_problem(space, ext, problem: ConvProblem, pairs: int = 20) -> dict:
     row["serialize_ms"] = 1e3 * (time.perf_counter() - t0)
     row["blob_bytes"] = len(blob)
     row["engine"] = first.name
+    return cands, prepared, blob
+
+
+def measure_python_paths(space, prepared, ops, args_: dict, row: dict) -> torch.Tensor:
+    """Host us per call of ``F.conv2d`` and of the plan through the frontend's Python API (both forms) into
+    ``row``, and the ordered form's error; PyTorch's output, the reference."""
+    x, w = ops.x, ops.w
     y = torch.empty_like(F.conv2d(x, w, None, **args_))
     ops.y = y
     handle = space.handle_for_current_stream()
@@ -160,83 +165,60 @@ def measure_problem(space, ext, problem: ConvProblem, pairs: int = 20) -> dict:
     ref = F.conv2d(x, w, None, **args_)
     prepared.run(ops)
     row["ordered_form_rel_err"] = relative_error(ops.y, ref.double())
-    print("python paths", json.dumps(row, default=float), flush=True)
-    if ext is not None:
-        mf = torch.channels_last if problem.layout == "nhwc" else torch.contiguous_format
-        yt = torch.empty(problem.y_shape, device="meta").contiguous(memory_format=mf)
-        t0 = time.perf_counter()
-        pid = ext.load_plan(blob, *prepared.uids, 0, list(yt.shape), list(yt.stride()), torch.cuda.current_device())
-        row["ext_load_plan_ms"] = 1e3 * (time.perf_counter() - t0)
-        out = ext.run_plan(pid, x, w)
-        torch.cuda.synchronize()
-        row["ext_rel_err"] = relative_error(out, ref.double())
-        row["host_us"]["ext.run_plan"] = host_us_per_call(lambda: ext.run_plan(pid, x, w))
-        geo = [list(args_["stride"]), list(args_["padding"]), list(args_["dilation"]), args_["groups"]]
-        native_route = ext.register_route(-1, -1, -1, *geo, problem.layout == "nhwc")
-        # every direction through a plan: build the two gradients' first configs too
-        pids = [pid]
-        for d, direction in ((1, "bwd_data"), (2, "bwd_filter")):
-            q = problem.replace(direction=direction)
-            cq = space.enumerate(q)
-            fq = min((c for c in cq if c.rank_a >= 0), key=lambda c: c.rank_a)
-            pq = space.runner(q, fq)
-            like = torch.empty(q.x_shape if d == 1 else q.w_shape, device="meta").contiguous(memory_format=mf)
-            pids.append(ext.load_plan(pq.blob, *pq.uids, d, list(like.shape), list(like.stride()),
-                                      torch.cuda.current_device()))  # fmt: skip
-        plan_route = ext.register_route(*pids, *geo, problem.layout == "nhwc")
-        row["host_us"]["ext.run_route fwd, plans"] = host_us_per_call(lambda: ext.run_route(plan_route, x, w))
-        row["host_us"]["ext.run_route fwd, native"] = host_us_per_call(lambda: ext.run_route(native_route, x, w))
-        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
-        gy = torch.randn_like(ref)
-
-        def train_step(fn):
-            return lambda: fn().backward(gy)
-
-        row["host_us"]["F.conv2d fwd+bwd"] = host_us_per_call(train_step(lambda: F.conv2d(xg, wg, None, **args_)))
-        row["host_us"]["ext route fwd+bwd, plans"] = host_us_per_call(
-            train_step(lambda: ext.run_route(plan_route, xg, wg))
-        )
-        row["host_us"]["ext route fwd+bwd, native"] = host_us_per_call(
-            train_step(lambda: ext.run_route(native_route, xg, wg))
-        )
-        # gradients of the plan route against PyTorch's
-        xg.grad = wg.grad = None
-        ext.run_route(plan_route, xg, wg).backward(gy)
-        gx, gw = xg.grad.clone(), wg.grad.clone()
-        xg.grad = wg.grad = None
-        F.conv2d(xg, wg, None, **args_).backward(gy)
-        row["ext_grad_rel_err"] = [relative_error(gx, xg.grad.double()), relative_error(gw, wg.grad.double())]
-    # an engine config rebuilt from its name (no heuristic query)
-    row["rebuild_from_name"] = _rebuild_check(space, problem, cands[:6])
-    row["hook"] = measure_hook(problem, x, w, args_, pairs=pairs)
-    print("hook", json.dumps(row["hook"], default=float), flush=True)
-    return row
+    return ref
 
 
-def _paired_extra_us(default_fn, hook_fn, pairs: int, calls: int) -> dict:
-    """The hook's host us per call over PyTorch's, from ``pairs`` ABBA pairs of blocks of ``calls`` calls, each
-    block queued behind a short spin (the host's time alone): medians, and a 95% interval of the median
-    difference that resamples the pairs (the noise is correlated in time, so only neighbouring blocks pair)."""
-    default_us, hook_us = [], []
-    gc.disable()  # a collection inside one block of a pair would be the largest difference measured
-    try:
-        for p in range(pairs):
-            order = (0, 1) if p % 2 == 0 else (1, 0)
-            t = {}
-            for i in order:
-                fn = default_fn if i == 0 else hook_fn
-                t[i] = host_us_per_call(fn, calls=calls, repeats=1, spin_cycles=50_000_000)
-            default_us.append(t[0])
-            hook_us.append(t[1])
-    finally:
-        gc.enable()
-    extra, lo, hi = median_interval(np.subtract(hook_us, default_us))
-    return {
-        "F.conv2d_us": round(statistics.median(default_us), 2),
-        "hook_us": round(statistics.median(hook_us), 2),
-        "extra_us": round(extra, 2),
-        "extra_us_95": [round(lo, 2), round(hi, 2)],
-    }
+def load_routes(ext, space, problem: ConvProblem, prepared, blob: bytes, ops, ref, row: dict) -> tuple[int, int]:
+    """The compiled path: the plan loaded (timed, its error and host us per call into ``row``), and two routes of
+    the problem's geometry registered: through plans in every direction, and PyTorch's native calls."""
+    x, w = ops.x, ops.w
+    args_ = conv_args(problem)
+    mf = torch.channels_last if problem.layout == "nhwc" else torch.contiguous_format
+    yt = torch.empty(problem.y_shape, device="meta").contiguous(memory_format=mf)
+    t0 = time.perf_counter()
+    pid = ext.load_plan(blob, *prepared.uids, 0, list(yt.shape), list(yt.stride()), torch.cuda.current_device())
+    row["ext_load_plan_ms"] = 1e3 * (time.perf_counter() - t0)
+    out = ext.run_plan(pid, x, w)
+    torch.cuda.synchronize()
+    row["ext_rel_err"] = relative_error(out, ref.double())
+    row["host_us"]["ext.run_plan"] = host_us_per_call(lambda: ext.run_plan(pid, x, w))
+    geo = [list(args_["stride"]), list(args_["padding"]), list(args_["dilation"]), args_["groups"]]
+    native_route = ext.register_route(-1, -1, -1, *geo, problem.layout == "nhwc")
+    # every direction through a plan: build the two gradients' first configs too
+    pids = [pid]
+    for d, direction in ((1, "bwd_data"), (2, "bwd_filter")):
+        q = problem.replace(direction=direction)
+        pq = space.runner(q, first_choice(space.enumerate(q)))
+        like = torch.empty(q.x_shape if d == 1 else q.w_shape, device="meta").contiguous(memory_format=mf)
+        pids.append(ext.load_plan(pq.blob, *pq.uids, d, list(like.shape), list(like.stride()),
+                                  torch.cuda.current_device()))  # fmt: skip
+    plan_route = ext.register_route(*pids, *geo, problem.layout == "nhwc")
+    return plan_route, native_route
+
+
+def measure_routes(ext, plan_route: int, native_route: int, x, w, args_: dict, ref, row: dict) -> None:
+    """Host us per call of both routes, forward and forward + backward (beside ``F.conv2d``'s), into ``row``, and
+    the errors of the plan route's gradients against PyTorch's."""
+    row["host_us"]["ext.run_route fwd, plans"] = host_us_per_call(lambda: ext.run_route(plan_route, x, w))
+    row["host_us"]["ext.run_route fwd, native"] = host_us_per_call(lambda: ext.run_route(native_route, x, w))
+    xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+    gy = torch.randn_like(ref)
+
+    def train_step(fn):
+        return lambda: fn().backward(gy)
+
+    row["host_us"]["F.conv2d fwd+bwd"] = host_us_per_call(train_step(lambda: F.conv2d(xg, wg, None, **args_)))
+    row["host_us"]["ext route fwd+bwd, plans"] = host_us_per_call(train_step(lambda: ext.run_route(plan_route, xg, wg)))
+    row["host_us"]["ext route fwd+bwd, native"] = host_us_per_call(
+        train_step(lambda: ext.run_route(native_route, xg, wg))
+    )
+    # gradients of the plan route against PyTorch's
+    xg.grad = wg.grad = None
+    ext.run_route(plan_route, xg, wg).backward(gy)
+    gx, gw = xg.grad.clone(), wg.grad.clone()
+    xg.grad = wg.grad = None
+    F.conv2d(xg, wg, None, **args_).backward(gy)
+    row["ext_grad_rel_err"] = [relative_error(gx, xg.grad.double()), relative_error(gw, wg.grad.double())]
 
 
 def measure_hook(problem: ConvProblem, x, w, args_, pairs: int = 20, calls: int = 200, engines=(),
@@ -267,10 +249,10 @@ def measure_hook(problem: ConvProblem, x, w, args_, pairs: int = 20, calls: int 
             F.conv2d(x, w, None, **args_)  # plans the forward alone (no input requires grad)
             routes = sorted({r.kind for r in ex.route_list()})
             held = sum(len(r.slots) for r in ex.route_list())  # signatures the dispatch table runs in C++
-            row = _paired_extra_us(lambda: original(x, w, None, **args_), lambda: F.conv2d(x, w, None, **args_),
+            row = paired_extra_us(lambda: original(x, w, None, **args_), lambda: F.conv2d(x, w, None, **args_),
                                    pairs, calls)  # fmt: skip
             F.conv2d(xg, wg, None, **args_).backward(gy)  # plans the training call's three directions
-            train = _paired_extra_us(
+            train = paired_extra_us(
                 lambda: original(xg, wg, None, **args_).backward(gy),
                 lambda: F.conv2d(xg, wg, None, **args_).backward(gy),
                 pairs,

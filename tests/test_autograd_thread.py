@@ -6,6 +6,7 @@ import threading
 
 import pytest
 import torch
+from support import run_in_a_backward
 
 from algosel.runtime.autograd_thread import in_backward, on_autograd_thread
 
@@ -39,26 +40,6 @@ def test_it_runs_under_no_grad_and_in_inference_mode(context, through_autograd) 
     ctx = torch.no_grad() if context == "no_grad" else torch.inference_mode()
     with ctx:
         assert on_autograd_thread(in_backward, CPU) is through_autograd
-
-
-def run_in_a_backward(fn, device: torch.device):
-    """``fn()`` run inside the backward of a plain graph on ``device``, as a network's backward runs (also used by
-    the GPU tests)."""
-    out = []
-
-    class Probe(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x.clone()
-
-        @staticmethod
-        def backward(ctx, grad):
-            out.append(fn())
-            return grad
-
-    x = torch.ones(2, device=device, requires_grad=True)
-    Probe.apply(x).sum().backward()
-    return out[0]
 
 
 def test_inside_a_backward_it_runs_at_once_in_that_thread() -> None:

@@ -1,9 +1,9 @@
 """Bad inputs, second pass: never lose a user's file, never a traceback where one line will do.
 
-As ``tests/test_reliability.py`` (whose :class:`Row`, runner and hashes this module reuses), every command line
-runs as a user runs it, ``python -m algosel ...`` in a subprocess, all of them at once in one module fixture: the
-exit status, no death by a signal, no traceback, one error line naming the bad value, and the files it must not
-touch hashed before and after. Cases:
+As ``tests/test_reliability.py`` (whose :class:`Row`, runners and hashes, ``tests/support.py``'s, this module
+shares), every command line runs as a user runs it, ``python -m algosel ...`` in a subprocess, all of them at once
+in one module fixture: the exit status, no death by a signal, no traceback, one error line naming the bad value, and
+the files it must not touch hashed before and after. Cases:
 
 - outputs a command did not write are refused unless ``--overwrite`` (evaluate into a model directory, report over
   a user's page, layers and analyze-log over an existing file), and with it a model directory is replaced as one
@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 import pytest
 from cli_rows import check_command_row
 from conftest import REPO, SLICE
-from test_reliability import RECORDED, Row, _hashes, _run, _run_in_process
+from support import RECORDED, Row, hashes, run_in_process, run_in_subprocess
 
 from algosel.learn.artifact import MANIFEST_FILE, verify_directory
 from algosel.outputs import (
@@ -236,14 +236,14 @@ def ran(paths) -> dict[str, Row]:
     """Every row: the subprocesses in a thread pool, the in-process ones meanwhile in this thread."""
     rows = _rows(paths)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {name: pool.submit(_run, row) for name, row in rows.items() if name not in IN_PROCESS}
-        done = {name: _run_in_process(rows[name]) for name in IN_PROCESS}
+        futures = {name: pool.submit(run_in_subprocess, row) for name, row in rows.items() if name not in IN_PROCESS}
+        done = {name: run_in_process(rows[name]) for name in IN_PROCESS}
         return {name: done.get(name) or futures[name].result() for name in rows}
 
 
 @pytest.mark.parametrize("name", ROW_NAMES)
 def test_command_line_row(ran: dict[str, Row], name: str) -> None:
-    check_command_row(ran[name], _hashes)
+    check_command_row(ran[name], hashes)
 
 
 def test_a_model_directory_overwritten_is_one_consistent_unit(ran: dict[str, Row], paths, slice_model) -> None:
@@ -317,7 +317,7 @@ def test_ctrl_c_during_report_leaves_the_folder_all_old_or_all_new(paths) -> Non
     the folder exactly as it was (the files are renamed into place only once all are made, the renames with the
     signals held back). A run that finished first must have left it all new."""
     folder = paths["report-interrupted"]
-    before = _hashes(folder)
+    before = hashes(folder)
     # Ctrl-C's own handler in the child, whatever this process lets it inherit (a pytest-xdist worker, or a shell's
     # background job, may ignore SIGINT, and Python then leaves it ignored).
     start = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
@@ -329,7 +329,7 @@ def test_ctrl_c_during_report_leaves_the_folder_all_old_or_all_new(paths) -> Non
     out, err = proc.communicate(timeout=120)
     assert proc.returncode in (0, 130), (proc.returncode, err)
     assert "Traceback" not in err
-    after = _hashes(folder)
+    after = hashes(folder)
     if proc.returncode == 130:
         assert err.strip() == "algosel report: interrupted" and after == before
     else:
@@ -365,11 +365,11 @@ def test_the_renames_of_a_unit_are_never_split_by_a_signal(tmp_path, monkeypatch
 def test_an_interrupt_before_the_renames_leaves_the_folder_as_it_was(tmp_path, monkeypatch) -> None:
     names = ("a.csv", "b.csv")
     write_output_dir(tmp_path, {n: b"old" for n in names}, "test", names)
-    before = _hashes(tmp_path)
+    before = hashes(tmp_path)
     monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         write_output_dir(tmp_path, {n: b"new" for n in names}, "test", names)
-    assert _hashes(tmp_path) == before and not list(tmp_path.glob(".*.tmp"))
+    assert hashes(tmp_path) == before and not list(tmp_path.glob(".*.tmp"))
 
 
 def test_deferred_signals_restores_the_handlers() -> None:

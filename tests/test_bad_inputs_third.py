@@ -1,6 +1,6 @@
 """Bad inputs, third pass: nothing lost, nothing silently wrong.
 
-As ``tests/test_bad_inputs_cli.py`` (its rows and hashes come from ``tests/test_reliability.py``), every command
+As ``tests/test_bad_inputs_cli.py`` (its rows and hashes come from ``tests/support.py``), every command
 line runs as a user runs it, ``python -m algosel ...`` in a process of its own (forked from one that imported the
 libraries once: ``tests/cli_rows.py``): the exit status, no traceback, one error line naming the bad value, and the
 files it must not touch hashed before and after. Cases (issue 52's numbering):
@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 from cli_rows import check_command_row, run_rows
 from conftest import REPO, SLICE
-from test_reliability import Row, _hashes, _run_in_process
+from support import Row, hashes, run_in_process
 
 from algosel.learn.artifact import MANIFEST_FILE
 from algosel.records import load_records, write_part
@@ -189,7 +189,7 @@ ROW_NAMES = list(_rows(defaultdict(lambda: Path("/unused"))))
 @pytest.fixture(scope="module")
 def ran(paths) -> dict[str, Row]:
     """Every row, each in a process of its own (forked from one that imported the libraries once: tests/cli_rows.py)."""
-    return run_rows(_rows(paths), _hashes)
+    return run_rows(_rows(paths), hashes)
 
 
 @pytest.mark.parametrize("name", ROW_NAMES)
@@ -199,7 +199,7 @@ def test_command_line_row(ran: dict[str, Row], name: str) -> None:
         assert row.result.returncode == 0 and row.result.stdout.strip() == f"algosel {__version__}"
         assert row.result.stderr == ""
         return
-    check_command_row(row, _hashes)
+    check_command_row(row, hashes)
 
 
 def test_the_shipped_models_are_found_in_the_package() -> None:
@@ -225,9 +225,9 @@ def test_layers_records_a_reflect_padded_conv_as_the_problem_it_runs(tmp_path: P
     )
     out = tmp_path / "layers.csv"
     # in this process (what is tested is the file it writes; the command's own process is test_layers.py's)
-    row = _run_in_process(Row(["layers", "--model", f"{net}:make_model", "--input", "2,3,16,16", "--out", str(out)],
-                              status=0, says=("3 conv calls",)))  # fmt: skip
-    check_command_row(row, _hashes)
+    row = run_in_process(Row(["layers", "--model", f"{net}:make_model", "--input", "2,3,16,16", "--out", str(out)],
+                             status=0, says=("3 conv calls",)))  # fmt: skip
+    check_command_row(row, hashes)
     frame = pd.read_csv(out)
     assert frame[["h", "w", "pad_h", "pad_w"]].values.tolist() == [[20, 20, 0, 0], [19, 19, 0, 0], [16, 16, 1, 1]]
 
@@ -249,7 +249,7 @@ def test_a_shipped_model_is_replaced_only_when_a_flag_names_it(slice_model, tmp_
     from algosel.learn.selector import Selector
 
     target = shipped_path("models", SHIPPED_NAMES[0])
-    before = _hashes(target)
+    before = hashes(target)
     with pytest.raises(SelectorError, match=r"a model shipped with algosel; .*--replace-shipped"):
         Selector.load(slice_model[0]).save(target, replace=True)
-    assert _hashes(target) == before
+    assert hashes(target) == before

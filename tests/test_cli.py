@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -9,7 +10,8 @@ import pytest
 import torch
 
 from algosel.candidates import DEFAULT_ID
-from algosel.cli import main
+from algosel.cli import build_parser, main, run_command
+from algosel.cli.sweep import cmd_sweep
 from algosel.measure.cases import build_cases
 from algosel.measure.grid import GridSpec, sample_grid
 from algosel.measure.sweep import SweepCase, Sweeper, run_sweep
@@ -133,13 +135,20 @@ def test_sweep_bad_option_value_exits_2_naming_it(capsys: pytest.CaptureFixture[
     assert option in line and repr(bad) in line
 
 
+def _sweep_as_on_a_gpu(argv: list[str]) -> int:
+    """``algosel ARGV``, a sweep, through the command line's parser and error boundary as on a machine with a CUDA
+    GPU (the sweep asks ``cuda_available``): nothing reaches a GPU before the errors tested here (the GEMM space
+    needs no GPU library)."""
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    args.func = functools.partial(cmd_sweep, cuda_available=lambda: True)
+    return run_command(args)
+
+
 @pytest.mark.parametrize(("value", "message"), [("x", "must look like i/n"), ("4/4", "need 0 <= i < n")])
 def test_sweep_bad_shard_exits_2_naming_it(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str, message: str
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str, message: str
 ) -> None:
-    # The shard is parsed after the GPU check, so pretend there is a GPU; nothing reaches it before the shard
-    # is rejected (the GEMM space needs no GPU library).
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     argv = [
         "sweep",
         "--out",
@@ -153,14 +162,14 @@ def test_sweep_bad_shard_exits_2_naming_it(
         "--shard",
         value,
     ]
-    assert main(argv) == 2
+    assert _sweep_as_on_a_gpu(argv) == 2
     line = _one_line_error(capsys.readouterr().err, "sweep")
     assert "--shard" in line and value in line and message in line
 
 
-def test_sweep_unknown_space_exits_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert main(["sweep", "--out", "unused", "--suites", "none", "--grid", "1", "--spaces", "gemm,magic"]) == 2
+def test_sweep_unknown_space_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["sweep", "--out", "unused", "--suites", "none", "--grid", "1", "--spaces", "gemm,magic"]
+    assert _sweep_as_on_a_gpu(argv) == 2
     assert "'magic'" in _one_line_error(capsys.readouterr().err, "sweep")
 
 

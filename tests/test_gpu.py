@@ -317,7 +317,7 @@ def _backward_thread() -> int:
     """The thread that computes a CUDA tensor's backward in a plain training step."""
     import threading
 
-    from test_autograd_thread import run_in_a_backward
+    from support import run_in_a_backward
 
     return run_in_a_backward(threading.get_ident, torch.device("cuda"))
 

@@ -16,37 +16,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support import H100, h100_env
 
 from algosel.learn.artifact import SelectorError
 from algosel.learn.joint import joint_environments, train_joint
 from algosel.learn.ranker import RankerParams, with_ratios
 from algosel.learn.selector import JointModelWarning, Selector
 from algosel.records import load_records
-from algosel.records.environment import coverage, env_id, model_environments, same_family
+from algosel.records.environment import coverage, model_environments, same_family
 from algosel.records.store import RecordsError, write_part
 from algosel.testing import fake_gpu
 
 SLICE = Path(__file__).resolve().parents[1] / "data" / "samples" / "h200-slice"
-H100 = {
-    "gpu_name": "NVIDIA H100 80GB HBM3",
-    "sm_count": 132,
-    "compute_capability": 9.0,
-    "l2_bytes": 52428800,
-    "memory_bytes": 85017624576,
-    "memory_bandwidth_gbps": 3352.3,
-    "sm_clock_mhz": 1980,
-    "driver": "580.159.04",
-    "cuda": "13.0",
-    "cudnn": 91900,
-    "torch": "2.11.0+cu130",
-}
 SMALL = RankerParams(n_estimators=8, num_leaves=7, num_threads=1)
-
-
-def _h100_env() -> dict:
-    env = dict(H100)
-    env["env_id"] = env_id(env)
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +36,7 @@ def two_gpus(tmp_path_factory) -> Path:
     """The slice, and the slice as an H100 measured it (a part of its own)."""
     root = tmp_path_factory.mktemp("two-gpus")
     frame, _ = load_records(SLICE)
-    env = _h100_env()
+    env = h100_env()
     # A factor per engine in [0.7, 1.4): some picks change, as between two real GPUs.
     factor = frame["candidate_id"].map(lambda c: 0.7 + 0.7 * (zlib.crc32(c.encode()) % 100) / 100)
     h100 = frame.assign(env_id=env["env_id"], time_ms_median=frame["time_ms_median"] * factor)

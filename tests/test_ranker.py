@@ -25,28 +25,17 @@ def test_relevance_grades_fall_linearly_in_log_time_to_zero_at_32x():
     assert got.tolist() == [30, 30, 28, 24, 6, 0, 0, 0]
 
 
-def test_the_ranker_learns_from_the_shortlist_only(slice_records, monkeypatch):
-    import lightgbm as lgb
-
+def test_the_ranker_learns_from_the_shortlist_only(slice_records):
     from algosel.learn.rules import shortlist_mask
 
     frame, envs = slice_records
     prep = Prepared.build(frame, envs)
-    seen = []
-    real = lgb.Dataset
-
-    def spy(X, label, **kw):
-        seen.append((len(X), kw.get("group")))
-        return real(X, label, **kw)
-
-    monkeypatch.setattr(lgb, "Dataset", spy)
-    Ranker(RankerParams(n_estimators=2)).fit_prepared(prep.data, prep.X)
-    rows, group = seen[0]
+    ranker = Ranker(RankerParams(n_estimators=2))
+    rows = ranker.training_rows(prep.data, prep.X)
     on = shortlist_mask(prep.data)
-    assert rows == on.sum() < len(prep.data)
-    assert group.sum() == rows and len(group) == prep.data["problem_key"].nunique()
-    Ranker(RankerParams(n_estimators=2)).fit_prepared(prep.data, prep.X, shortlist_rank=None)
-    assert seen[1][0] == len(prep.data)
+    assert len(rows.X) == len(rows.label) == on.sum() < len(prep.data)
+    assert rows.group.sum() == len(rows.X) and len(rows.group) == prep.data["problem_key"].nunique()
+    assert len(ranker.training_rows(prep.data, prep.X, shortlist_rank=None).X) == len(prep.data)
 
 
 @pytest.mark.parametrize("objective", ["lambdarank", "regression"])

@@ -11,25 +11,21 @@ process killed, stopped and restarted: tests/test_reliability_sweep.py.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
 from cli_rows import check_command_row
 from conftest import REPO, SLICE
+from support import RECORDED, Row, hashes, run_in_process, run_in_subprocess
 
 import algosel
 from algosel.files import atomic_directory, write_text
@@ -51,79 +47,9 @@ from algosel.records import RecordsError, load_records, read_part, write_part
 
 SHIPPED = REPO / "models" / "joint-h100-h200-cudnn91900"
 LOGS = Path(__file__).resolve().parent / "fixtures" / "cudnn_logs"
-#: Problems the shipped model's records and the slice hold.
-RECORDED = "n32_c64_k64_h56_w56_r3_s3_p1x1_u1x1_d1x1_g1_float16_nchw_fwd"
+#: A problem the shipped model's records and the slice hold (as support.RECORDED).
 SLICE_KEY = "n1024_c64_k1024_h8_w8_r8_s8_p0x0_u1x1_d1x1_g1_float16_nchw_fwd"
 FIELDS = ["--n", "32", "--c", "64", "--k", "64", "--h", "56", "--w", "56", "--r", "3", "--s", "3", "--pad", "1"]
-
-
-def _hashes(*roots: Path) -> dict[str, str]:
-    """SHA-256 of every file under ``roots`` (files or directories; missing ones hash as absent)."""
-    out = {}
-    for root in roots:
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-        for p in files:
-            out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
-        if not root.exists():
-            out[str(root)] = "absent"
-    return out
-
-
-@dataclass
-class Row:
-    """One command line of the table: what it runs, and what it must and must not do."""
-
-    argv: list[str]
-    status: int = 2
-    #: Fragments the one-line error (status 2) or stdout (status 0) must hold.
-    says: tuple[str, ...] = ()
-    #: Files and directories the command must leave as they were.
-    unchanged: tuple[Path, ...] = ()
-    #: For status 0: a warning line stderr must hold (else stderr must be empty of lines but warnings).
-    warns: str = ""
-    cwd: Path = REPO
-    # filled in when run
-    before: dict[str, str] = field(default_factory=dict)
-    result: subprocess.CompletedProcess | None = None
-    seconds: float = 0.0
-
-
-def _run(row: Row) -> Row:
-    row.before = _hashes(*row.unchanged)
-    t0 = time.perf_counter()
-    row.result = subprocess.run(
-        [sys.executable, "-m", "algosel", *row.argv],
-        cwd=row.cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    row.seconds = time.perf_counter() - t0
-    return row
-
-
-def _run_in_process(row: Row) -> Row:
-    """:func:`_run` through ``algosel.cli.main`` in the row's folder (from the main thread: the command line sets
-    signal handlers)."""
-    from algosel.cli import main
-
-    row.before = _hashes(*row.unchanged)
-    out, err = io.StringIO(), io.StringIO()
-    here = os.getcwd()
-    t0 = time.perf_counter()
-    try:
-        os.chdir(row.cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                status = main(row.argv)
-            except SystemExit as exc:  # argparse's errors exit, as they end the process of a command line
-                status = exc.code
-    finally:
-        os.chdir(here)
-    row.seconds = time.perf_counter() - t0
-    row.result = subprocess.CompletedProcess(row.argv, status, out.getvalue(), err.getvalue())
-    return row
 
 
 def _truncate(path: Path, fraction: float) -> None:
@@ -258,8 +184,8 @@ def ran(inputs) -> dict[str, Row]:
     """Every row: the subprocesses in a thread pool, the in-process ones meanwhile in this thread."""
     rows = _rows(inputs)
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        futures = {name: pool.submit(_run, row) for name, row in rows.items() if name not in IN_PROCESS}
-        done = {name: _run_in_process(rows[name]) for name in IN_PROCESS}
+        futures = {name: pool.submit(run_in_subprocess, row) for name, row in rows.items() if name not in IN_PROCESS}
+        done = {name: run_in_process(rows[name]) for name in IN_PROCESS}
         return {name: done.get(name) or futures[name].result() for name in rows}
 
 
@@ -270,7 +196,7 @@ ROW_NAMES = list(_rows({k: Path("/unused") for k in (
 
 @pytest.mark.parametrize("name", ROW_NAMES)
 def test_command_line_row(ran: dict[str, Row], name: str) -> None:
-    check_command_row(ran[name], _hashes)
+    check_command_row(ran[name], hashes)
 
 
 def test_errors_come_before_any_long_work(ran: dict[str, Row]) -> None:

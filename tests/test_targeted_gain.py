@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 import pytest
 from conftest import REPO, SLICE
-from test_joint import _h100_env
+from support import h100_env
 
 from algosel.learn.evaluate import is_test_shape
 from algosel.measure.steps import no_input_grad_shapes, runs_in_training
@@ -36,7 +36,7 @@ def h100_parts(tmp_path_factory):
     """The slice as an H100 measured it, its shapes split by a hash: a uniform and a targeted dataset."""
     root = tmp_path_factory.mktemp("targeted-gain")
     frame, _ = load_records(SLICE)
-    env = _h100_env()
+    env = h100_env()
     h100 = frame.assign(env_id=env["env_id"], time_ms_median=frame["time_ms_median"] * 1.1)
     shape = h100["problem_key"].map(lambda k: ConvProblem.from_key(k).shape_key)
     targeted = shape.map(lambda s: zlib.crc32(f"t:{s}".encode()) % 3 == 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+from collections.abc import Callable
 
 from algosel.cli.boundary import CliError
 from algosel.cli.options import (
@@ -88,8 +89,9 @@ def _report_line(report, shard: str, workers: str = "") -> str:
     )
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    """``algosel sweep``: measure the cases here, on every GPU (``--gpus``) or on a Ray cluster (``--ray``)."""
+def cmd_sweep(args: argparse.Namespace, cuda_available: Callable[[], bool] | None = None) -> int:
+    """``algosel sweep``: measure the cases here, on every GPU (``--gpus``) or on a Ray cluster (``--ray``).
+    ``cuda_available``: whether this process sees a CUDA GPU (default: ``torch.cuda.is_available``)."""
     from algosel.measure import launch  # noqa: PLC0415
     from algosel.measure.sweep import parse_shard, run_sweep  # noqa: PLC0415
 
@@ -107,7 +109,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     settings = launch.SweeperSettings(
         tuple(csv_list(args.spaces)), args.budget_ms, args.workspace_limit_bytes, args.seed
     )
-    report = run_sweep(cases, launch.local_sweeper(settings), args.out, **_run_options(args, shard))
+    report = run_sweep(cases, launch.local_sweeper(settings, cuda_available), args.out, **_run_options(args, shard))
     print(_report_line(report, args.shard))
     # A signal's conventional exit status (130 for SIGINT, 143 for SIGTERM), so that schedulers see the stop.
     return 128 + report.interrupted if report.interrupted else 0

@@ -110,6 +110,18 @@ class RankerParams:
         raise ValueError(f"RankerParams.objective must be 'lambdarank' or 'regression'; got {self.objective!r}")
 
 
+@dataclass(frozen=True)
+class TrainingRows:
+    """What a ranker's fit learns from (:meth:`Ranker.training_rows`): feature rows, their labels (relevance grades
+    for LambdaRank, ``log2(time / best)`` for regression), their weights (None: all alike) and, for LambdaRank, the
+    rows of each ranking (one problem on one GPU; None for regression), in the rows' order."""
+
+    X: np.ndarray
+    label: np.ndarray
+    weight: np.ndarray | None
+    group: np.ndarray | None
+
+
 @dataclass
 class Ranker:
     """Scores candidates; fit on records (see the module docstring). Learned state ends in ``_``."""
@@ -126,10 +138,27 @@ class Ranker:
 
     def fit_prepared(self, data: pd.DataFrame, X: np.ndarray, shortlist_rank: int | None = SHORTLIST_RANK,
                      weight: np.ndarray | None = None) -> Ranker:  # fmt: skip
-        """Fit on the output of :func:`with_ratios` and its feature rows (lets cross-validation reuse ``X``); only
-        the rows on the shortlist of ``shortlist_rank`` are learnt from (``None``: all). ``weight``: one per row of
-        ``data`` (a joint model's weight of each GPU's records; LambdaRank scales each row's gradients by it);
-        without it, ``data``'s ``weight`` column where it has one (records of a runtime cache beside a sweep's:
+        """Fit on the output of :func:`with_ratios` and its feature rows (lets cross-validation reuse ``X``): on the
+        rows :meth:`training_rows` keeps (the arguments are its)."""
+        rows = self.training_rows(data, X, shortlist_rank, weight)
+        dataset = lgb.Dataset(
+            rows.X,
+            rows.label,
+            group=rows.group,
+            weight=rows.weight,
+            feature_name=list(FEATURE_NAMES),
+            categorical_feature=list(CATEGORICAL_FEATURES),
+            free_raw_data=True,
+        )
+        self.booster_ = lgb.train(self.params.lgb_params(), dataset, num_boost_round=self.params.n_estimators)
+        return self
+
+    def training_rows(self, data: pd.DataFrame, X: np.ndarray, shortlist_rank: int | None = SHORTLIST_RANK,
+                      weight: np.ndarray | None = None) -> TrainingRows:  # fmt: skip
+        """What :meth:`fit_prepared` learns from, of the output of :func:`with_ratios` and its feature rows ``X``:
+        only the rows on the shortlist of ``shortlist_rank`` (``None``: all). ``weight``: one per row of ``data``
+        (a joint model's weight of each GPU's records; LambdaRank scales each row's gradients by it); without it,
+        ``data``'s ``weight`` column where it has one (records of a runtime cache beside a sweep's:
         :mod:`algosel.learn.cache_records`)."""
         if weight is None and "weight" in data:
             weight = data["weight"].to_numpy(dtype=np.float64)
@@ -139,30 +168,11 @@ class Ranker:
             weight = None if weight is None else np.asarray(weight)[keep]
         ratio = data["ratio"].to_numpy()
         if self.params.objective == "lambdarank":
-            label = relevance(ratio)
             keys = ["problem_key", "env_id"] if "env_id" in data else ["problem_key"]
             group = data.groupby(keys, sort=False).size().to_numpy()
-            dataset = lgb.Dataset(
-                X,
-                label,
-                group=group,
-                weight=weight,
-                feature_name=list(FEATURE_NAMES),
-                categorical_feature=list(CATEGORICAL_FEATURES),
-                free_raw_data=True,
-            )
-        else:
-            label = np.where(np.isfinite(ratio), np.log2(ratio), FAILED_LOG2_RATIO)
-            dataset = lgb.Dataset(
-                X,
-                label,
-                weight=weight,
-                feature_name=list(FEATURE_NAMES),
-                categorical_feature=list(CATEGORICAL_FEATURES),
-                free_raw_data=True,
-            )
-        self.booster_ = lgb.train(self.params.lgb_params(), dataset, num_boost_round=self.params.n_estimators)
-        return self
+            return TrainingRows(X, relevance(ratio), weight, group)
+        label = np.where(np.isfinite(ratio), np.log2(ratio), FAILED_LOG2_RATIO)
+        return TrainingRows(X, label, weight, None)
 
     def score(self, X: np.ndarray) -> np.ndarray:
         """Higher is better, for either objective."""

@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +25,9 @@ class SweeperSettings:
     seed: int = 0
 
 
-def local_sweeper(settings: SweeperSettings):
-    """A :class:`~algosel.measure.sweeper.Sweeper` of this process's GPU.
+def local_sweeper(settings: SweeperSettings, cuda_available: Callable[[], bool] | None = None):
+    """A :class:`~algosel.measure.sweeper.Sweeper` of this process's GPU. ``cuda_available``: whether a CUDA GPU is
+    visible (default: ``torch.cuda.is_available``).
 
     Raises
     ------
@@ -40,7 +41,7 @@ def local_sweeper(settings: SweeperSettings):
     from algosel.records.environment import collect_environment  # noqa: PLC0415
     from algosel.spaces import make_space  # noqa: PLC0415
 
-    if not torch.cuda.is_available():
+    if not (cuda_available or torch.cuda.is_available)():
         raise ValueError("sweep needs a CUDA GPU (none is visible); `algosel summarize` works on shipped records")
     spaces = [make_space(n) for n in settings.spaces]
     for space in spaces:

@@ -46,16 +46,20 @@ def _on_new_thread(fn, sync) -> float:
     return out[0]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--net", default="convnext_tiny", choices=sorted(zoo.NETS))
     p.add_argument("--dtype", default="amp", choices=zoo.DTYPES)
     p.add_argument("--layers", type=int, default=12, help="distinct convolutions to measure")
     p.add_argument("--device", default="cuda", help="cuda; cpu only checks the script")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def step_convolutions(args: argparse.Namespace, sync) -> dict[tuple, object]:
+    """One step of the network (every thread that took part now has its plans), and its distinct convolutions (up
+    to ``--layers``): their geometry, each with its memory format (channels last, or None)."""
     import torch
 
-    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     seen: dict[tuple, object] = {}
 
     def capture(module, inputs):
@@ -71,41 +75,57 @@ def main() -> None:
     step(0)
     sync()
     handle.remove()
+    return seen
+
+
+def measure_convolution(key: tuple, mf, device: str, dtype, sync, totals: dict[str, float]) -> None:
+    """Print the rows of one convolution (each gradient alone, on every thread) and add its times to ``totals``."""
+    import torch
+
+    x_shape, w_shape, stride, padding, dilation, groups, _ = key
+    fmt = mf or torch.contiguous_format
+    x = torch.randn(x_shape, device=device, dtype=dtype).contiguous(memory_format=fmt).requires_grad_()
+    w = torch.randn(w_shape, device=device, dtype=dtype).contiguous(memory_format=fmt).requires_grad_()
+    y = torch.nn.functional.conv2d(x, w, None, stride, padding, dilation, groups)
+    g = torch.randn_like(y)
+
+    def autograd_both(y=y, g=g, x=x, w=w):
+        torch.autograd.grad(y, (x, w), g, retain_graph=True)
+
+    t_autograd = _wall_ms(autograd_both, sync)
+    for name, mask in (("bwd_data", [True, False, False]), ("bwd_filter", [False, True, False])):
+
+        def call(mask=mask, g=g, x=x, w=w, geometry=(list(stride), list(padding), list(dilation), groups)):
+            s, p, d, groups_ = geometry
+            torch.ops.aten.convolution_backward(g, x.detach(), w.detach(), None, s, p, d, False, [0, 0], groups_,
+                                                mask)  # fmt: skip
+
+        there = on_autograd_thread(lambda call=call: _wall_ms(call, sync), torch.device(device))
+        first, second = _wall_ms(call, sync), _wall_ms(call, sync)
+        fresh = _on_new_thread(call, sync)
+        label = f"x{list(x_shape)} w{list(w_shape)} s{stride[0]} g{groups}{' nhwc' if mf else ''}"
+        shown = t_autograd if name == "bwd_data" else float("nan")
+        print(f"{label:62s} {name:10s} {shown:9.2f} {there:11.2f} {first:9.2f} {second:9.2f} {fresh:10.2f}")
+        totals["on_autograd"] += there
+        totals["main 1st"] += first
+        totals["main 2nd"] += second
+        totals["new thread"] += fresh
+    totals["autograd"] += t_autograd
+
+
+def main() -> None:
+    args = parse_args()
+    import torch
+
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    seen = step_convolutions(args, sync)
     dtype = torch.float16 if args.dtype == "amp" and args.device == "cuda" else torch.float32
     print(f"{args.net} {args.dtype}: {len(seen)} convolutions; wall ms per call, synchronized")
     print(f"{'convolution':62s} {'dir':10s} {'autograd':>9s} {'on_autograd':>11s} {'main 1st':>9s} {'main 2nd':>9s} "
           f"{'new thread':>10s}")  # fmt: skip
     totals = {"autograd": 0.0, "on_autograd": 0.0, "main 1st": 0.0, "main 2nd": 0.0, "new thread": 0.0}
     for key, mf in seen.items():
-        x_shape, w_shape, stride, padding, dilation, groups, _ = key
-        fmt = mf or torch.contiguous_format
-        x = torch.randn(x_shape, device=args.device, dtype=dtype).contiguous(memory_format=fmt).requires_grad_()
-        w = torch.randn(w_shape, device=args.device, dtype=dtype).contiguous(memory_format=fmt).requires_grad_()
-        y = torch.nn.functional.conv2d(x, w, None, stride, padding, dilation, groups)
-        g = torch.randn_like(y)
-
-        def autograd_both(y=y, g=g, x=x, w=w):
-            torch.autograd.grad(y, (x, w), g, retain_graph=True)
-
-        t_autograd = _wall_ms(autograd_both, sync)
-        for name, mask in (("bwd_data", [True, False, False]), ("bwd_filter", [False, True, False])):
-
-            def call(mask=mask, g=g, x=x, w=w, geometry=(list(stride), list(padding), list(dilation), groups)):
-                s, p, d, groups_ = geometry
-                torch.ops.aten.convolution_backward(g, x.detach(), w.detach(), None, s, p, d, False, [0, 0], groups_,
-                                                    mask)  # fmt: skip
-
-            there = on_autograd_thread(lambda call=call: _wall_ms(call, sync), torch.device(args.device))
-            first, second = _wall_ms(call, sync), _wall_ms(call, sync)
-            fresh = _on_new_thread(call, sync)
-            label = f"x{list(x_shape)} w{list(w_shape)} s{stride[0]} g{groups}{' nhwc' if mf else ''}"
-            shown = t_autograd if name == "bwd_data" else float("nan")
-            print(f"{label:62s} {name:10s} {shown:9.2f} {there:11.2f} {first:9.2f} {second:9.2f} {fresh:10.2f}")
-            totals["on_autograd"] += there
-            totals["main 1st"] += first
-            totals["main 2nd"] += second
-            totals["new thread"] += fresh
-        totals["autograd"] += t_autograd
+        measure_convolution(key, mf, args.device, dtype, sync, totals)
     print("totals (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in totals.items()) + " (autograd: both gradients)")
 
 
