@@ -51,7 +51,8 @@ from algosel.problem import ConvProblem
 from algosel.records.analysis import ok_mask
 from algosel.records.catalogue import build_catalogue
 from algosel.records.store import load_records, main_environment
-from algosel.runtime.cache import Decision, RuntimeCache
+from algosel.runtime.cache import RuntimeCache
+from algosel.runtime.decision import Decision
 from algosel.runtime.measured import records_from_cache
 
 H200 = [f"data/sweeps/h200{s}" for s in ("", "-nhwc", "-layers", "-zoo-f32", "-zoo-nhwc", "-loss")]

@@ -39,6 +39,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -232,7 +233,7 @@ def truth_catalogue(truth: Truth):
     return _Catalogue()
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nets", default="efficientnet_b0,mobilenet_v3_large,resnet50,densenet121,vgg16,googlenet,"
                     "regnet_y_800mf-b64,squeezenet1_1-b64,convnext_tiny-b32,fpn")  # fmt: skip
@@ -246,43 +247,55 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--on-step", action="store_true",
                     help="decide on the step's path (the executor arms' host time charged to the run) instead of "
                     "beside it (the hook's default: a new problem's first call runs the default)")  # fmt: skip
-    ap.add_argument(
-        "--calibration",
-        choices=("model", "networks"),
-        default="model",
-        help="the rule's error model: the replay model's own (its held-out grid shapes), or the errors "
-        "on the other networks' layers (leave-one-network-out: never the replayed network's)",
-    )
-    ap.add_argument(
-        "--policy",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="a SwitchPolicy field for the executor arms (repeatable), e.g. expected_run_steps=300",
-    )
-    args = ap.parse_args(argv)
-    warnings.simplefilter("ignore")
+    ap.add_argument("--calibration", choices=("model", "networks"), default="model",
+                    help="the rule's error model: the replay model's own (its held-out grid shapes), or the errors "
+                    "on the other networks' layers (leave-one-network-out: never the replayed network's)")  # fmt: skip
+    ap.add_argument("--policy", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a SwitchPolicy number field for the executor arms (repeatable), e.g. "
+                    "expected_run_steps=300")  # fmt: skip
+    return ap.parse_args(argv)
+
+
+def policy_overrides(items: list[str]) -> dict[str, float | int]:
+    """``--policy FIELD=VALUE`` items as SwitchPolicy fields; one line naming an item that is not one of its numbers."""
+    from algosel.runtime.policy import DEFAULT_POLICY
+
+    numbers = {f.name for f in dataclasses.fields(DEFAULT_POLICY)
+               if isinstance(getattr(DEFAULT_POLICY, f.name), (int, float))}  # fmt: skip
+    overrides = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if name not in numbers or not value:
+            raise SystemExit(f"replay.py: --policy {item!r}: not FIELD=VALUE of a SwitchPolicy number field")
+        overrides[name] = type(getattr(DEFAULT_POLICY, name))(value)
+    return overrides
+
+
+def replay_model(model_dir: Path) -> tuple[Any, Any]:
+    """The replay's selector and its calibration, built on first use (the grids alone)."""
     from algosel.learn.artifact import read_manifest
     from algosel.learn.calibration import load_calibration
     from algosel.learn.selector import Selector
+
+    if not (model_dir / "manifest.json").exists():
+        print(f"building the replay model in {model_dir} (grids only, ~1-2 min)", file=sys.stderr)
+        build_model(model_dir)
+    return Selector.load(model_dir, force=True), load_calibration(model_dir, read_manifest(model_dir))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    warnings.simplefilter("ignore")
+    from algosel.learn.calibration import from_errors
     from algosel.records.store import load_records
     from algosel.runtime.policy import DEFAULT_POLICY
     from algosel.runtime.rule import Costs
 
-    if not (args.model_dir / "manifest.json").exists():
-        print(f"building the replay model in {args.model_dir} (grids only, ~1-2 min)", file=sys.stderr)
-        build_model(args.model_dir)
-    selector = Selector.load(args.model_dir, force=True)
-    calibration = load_calibration(args.model_dir, read_manifest(args.model_dir))
+    overrides = policy_overrides(args.policy)
+    selector, calibration = replay_model(args.model_dir)
     truth_frame, truth_envs = load_records(*TRUTH)
     truth = Truth(truth_frame)
     net_errors = network_errors(selector, truth_frame, truth_envs) if args.calibration == "networks" else None
-    overrides = {}
-    for item in args.policy:
-        name, _, value = item.partition("=")
-        if name not in {f.name for f in dataclasses.fields(DEFAULT_POLICY)} or not value:
-            raise SystemExit(f"replay.py: --policy {item!r}: not FIELD=VALUE of a SwitchPolicy field")
-        overrides[name] = type(getattr(DEFAULT_POLICY, name))(value)
     pol = dataclasses.replace(DEFAULT_POLICY, **overrides)
     costs = Costs(pol.plan_build_ms, pol.timing_overhead_ms, pol.timer.max_repeats + 1)
     rows = []
@@ -295,9 +308,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             row = {"net": net, "dtype": dtype}
             cal = calibration
-            if net_errors is not None:
-                from algosel.learn.calibration import from_errors
-
+            if net_errors is not None:  # leave-one-network-out
                 cal = from_errors(net_errors[net_errors["network"] != network_of(net)], check_coverage=False)
             for arm in args.arms.split(","):
                 row[arm] = run_arm(arm, steps, truth, selector, cal, costs, args.benchmark_limit, overrides,

@@ -138,6 +138,7 @@ def test_a_cycle_would_be_caught():
 #: The runtime's own layers, bottom first (docs/architecture.md, "The runtime"): a runtime module imports only its
 #: row and the rows above it. Imports under ``if TYPE_CHECKING:`` are for annotations and do not count.
 RUNTIME_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("decision",),
     ("cache", "rule"),
     ("policy",),
     ("stats", "device", "state", "trial", "autograd_thread", "native", "unseen", "fallbacks", "claims", "measured"),

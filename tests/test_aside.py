@@ -13,8 +13,8 @@ import torch
 from algosel.candidates import DEFAULT_ID
 from algosel.learn.calibration import Calibration, ErrorSamples
 from algosel.problem import ConvProblem
-from algosel.runtime.aside import DECIDING, DecidingAside
-from algosel.runtime.decisions import TIME_ON_STEP
+from algosel.runtime.aside import DecidingAside
+from algosel.runtime.decision import Passing, Reason
 
 CPU = torch.device("cpu")
 
@@ -90,12 +90,12 @@ def test_a_new_signature_passes_through_until_decided_and_is_timed_on_the_steps_
     p = problem()
     key = ("signature",)
     first = ex.route(key, p, CPU, (False, False))
-    assert first.reasons == (DECIDING,) and key not in ex.routes.by_key and ex.stats() == {DECIDING: 1}
+    assert first.reasons == (Passing.DECIDING,) and key not in ex.routes.by_key and ex.stats() == {Passing.DECIDING: 1}
     assert ex.aside.join(10)
-    assert ex.decider.prepared(p) and ex.decider.kept(p).reason == TIME_ON_STEP
+    assert ex.decider.prepared(p) and ex.decider.kept(p).reason == Reason.TIME_ON_STEP
     assert measurer.timed == []  # nothing was timed beside the step
     again = ex.route(key, p, CPU, (False, False))
-    assert DECIDING not in again.reasons and ex.routes.by_key[key] is again
+    assert Passing.DECIDING not in again.reasons and ex.routes.by_key[key] is again
     assert measurer.timed == [p.key] and set(timing_threads) == {threading.current_thread().name}
     assert ex.route(key, p, CPU, (False, False)) is again
 
@@ -108,7 +108,7 @@ def test_an_untimed_decision_made_beside_the_step_is_the_one_the_step_would_make
     measurer = ScriptedMeasurer(lambda cid: (1.0, 0.0))
     ex = rule_executor(slice_model, measurer, run_steps=1.0)
     p = problem()
-    assert ex.route(("k",), p, CPU, (False, False)).reasons == (DECIDING,)
+    assert ex.route(("k",), p, CPU, (False, False)).reasons == (Passing.DECIDING,)
     deadline = time.monotonic() + 10
     while not ex.decider.prepared(p) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -128,7 +128,7 @@ def test_blocks_whose_calls_wait_for_decisions_are_not_quiet(slice_model):
         assert ex.begin_block() is False
         before = len(ex.routes)
         p = problem(h=20 + block)  # a new size each block: its first call waits for its decision
-        assert ex.route(("k", block), p, CPU, (False, False)).reasons == (DECIDING,)
+        assert ex.route(("k", block), p, CPU, (False, False)).reasons == (Passing.DECIDING,)
         ex.block_done(before)
         assert ex.blocks.quiet_blocks == 0
     assert ex.aside.join(10)

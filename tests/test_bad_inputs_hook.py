@@ -117,7 +117,8 @@ def test_a_cache_line_of_other_bytes_than_utf8_is_a_damaged_line_not_an_error(tm
     that line is skipped as damaged (warned once, naming the file) and the sound lines are read."""
     import json
 
-    from algosel.runtime.cache import Decision, RuntimeCache
+    from algosel.runtime.cache import RuntimeCache
+    from algosel.runtime.decision import Decision
 
     env = {"gpu_name": "NVIDIA H200", "cudnn": 91900}
     cache = RuntimeCache(tmp_path, env)

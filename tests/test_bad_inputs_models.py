@@ -35,7 +35,8 @@ from algosel.learn.artifact import MANIFEST_FILE, MODEL_FILE, SelectorError, rea
 from algosel.learn.model_text import ModelTextError, check_model_text
 from algosel.learn.selector import Selector
 from algosel.learn.time_model import TIME_MODEL_FILE
-from algosel.runtime.cache import Decision, RuntimeCache, clear_folder, folder_environment
+from algosel.runtime.cache import RuntimeCache, clear_folder, folder_environment
+from algosel.runtime.decision import Decision
 
 SHIPPED = REPO / "models" / "joint-h100-h200-cudnn91900"
 LEGACY = REPO / "models" / "h200-cudnn91900-legacy"

@@ -16,7 +16,8 @@ from algosel.learn.cache_records import FROM_CACHE_COLUMN, WEIGHT_COLUMN, check_
 from algosel.learn.selector import Selector
 from algosel.problem import ConvProblem
 from algosel.records.environment import HARDWARE_FIELDS
-from algosel.runtime.cache import Decision, RuntimeCache
+from algosel.runtime.cache import RuntimeCache
+from algosel.runtime.decision import Decision
 from algosel.runtime.measured import VERIFY_SOURCE, records_from_cache
 
 

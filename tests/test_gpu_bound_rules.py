@@ -14,8 +14,9 @@ import torch
 from algosel.candidates import DEFAULT_ID
 from algosel.problem import ConvProblem
 from algosel.runtime.cache import RuntimeCache
+from algosel.runtime.decision import Reason
 from algosel.runtime.executor import Executor
-from algosel.runtime.policy import BELOW_THRESHOLD, DEFAULT_POLICY, DEVICE_BOUND, LookPolicy, judge
+from algosel.runtime.policy import DEFAULT_POLICY, LookPolicy, judge
 from algosel.runtime.standins import FakeDevice, Preferring, ScriptedMeasurer
 
 ENV = {"gpu_name": "NVIDIA H200", "cudnn": 91900, "torch": "2.11.0", "cudnn_frontend": "1.32.0", "model": "abc"}
@@ -26,9 +27,9 @@ CPU = torch.device("cpu")
 def test_a_small_measured_gain_pays_in_a_gpu_bound_step_only():
     times = {DEFAULT_ID: 0.300, "cudnn:eng1": 0.288}  # 12 us saved a call, 1.042x faster
     host_bound = judge(DEFAULT_POLICY, "k", "cudnn:eng1", times, 0.300, "measured", 1.03, 0.0)
-    assert host_bound.passes_through and host_bound.reason == BELOW_THRESHOLD
+    assert host_bound.passes_through and host_bound.reason == Reason.BELOW_THRESHOLD
     bound = judge(DEFAULT_POLICY, "k", "cudnn:eng1", times, 0.300, "measured", 1.03, 0.0, device_bound=True)
-    assert bound.candidate_id == "cudnn:eng1" and bound.reason == DEVICE_BOUND
+    assert bound.candidate_id == "cudnn:eng1" and bound.reason == Reason.DEVICE_BOUND
     # the ratio still holds (run-to-run noise), and so does the route's host cost
     assert judge(DEFAULT_POLICY, "k", "cudnn:eng1", {**times, "cudnn:eng1": 0.295}, 0.300, "measured", 1.03, 0.0,
                  device_bound=True).passes_through  # fmt: skip
@@ -62,7 +63,7 @@ def test_the_executor_judges_by_the_gpu_bound_rule_once_its_looks_find_the_devic
     decision = ex.decide(PROBLEM, CPU)
     assert measurer.timed == [PROBLEM.key] and decision.source == "measured"
     assert (not decision.passes_through) is switched
-    assert decision.reason == (DEVICE_BOUND if switched else BELOW_THRESHOLD)
+    assert decision.reason == (Reason.DEVICE_BOUND if switched else Reason.BELOW_THRESHOLD)
 
 
 def test_a_switch_kept_for_a_gpu_bound_step_is_kept_by_a_process_reading_the_cache(shipped, tmp_path):
@@ -72,4 +73,4 @@ def test_a_switch_kept_for_a_gpu_bound_step_is_kept_by_a_process_reading_the_cac
     assert later.decide(PROBLEM, CPU) == kept and measurer.timed == []
     # a pass-through for a small gain made in a host-bound step stays one where the step is not known GPU-bound
     host_bound, _ = _executor(shipped, RuntimeCache(tmp_path / "other", ENV), 0)
-    assert host_bound.decide(PROBLEM, CPU).reason == BELOW_THRESHOLD
+    assert host_bound.decide(PROBLEM, CPU).reason == Reason.BELOW_THRESHOLD

@@ -578,7 +578,7 @@ class _OneDecisionCache:
 def test_a_cached_decision_is_judged_again_by_this_executors_rule(shipped, min_gain_us, expected):
     """The cache keeps the times a decision was made from; another executor's threshold (or an older rule) wrote
     it, so a hit is judged again: 20 us saved switches under a 5 us floor and passes through under a 50 us one."""
-    from algosel.runtime.cache import Decision
+    from algosel.runtime.decision import Decision
 
     # float16 fully connected mode: one matrix product, so the GEMM route costs no host time to charge
     problem = ConvProblem(n=64, c=256, k=512, h=6, w=6, r=6, s=6, dtype="float16")
@@ -630,7 +630,7 @@ def test_host_extra_counts_only_a_measured_excess():
 def test_a_cached_measurement_is_judged_again_with_its_measured_host_times(shipped):
     """Verify mode keeps the host times it measured with its decision: judged again, a switch whose candidate took
     more host time than it saved device time passes through."""
-    from algosel.runtime.cache import Decision
+    from algosel.runtime.decision import Decision
 
     problem = ConvProblem(n=64, c=256, k=512, h=6, w=6, r=6, s=6, dtype="float16")
     times = {"gemm:fc": 0.010, DEFAULT_ID: 0.100}  # 90 us saved a call

@@ -67,7 +67,7 @@ def test_on_a_gpu_without_a_model_the_step_runs_pytorchs_own_convolutions():
 def test_calls_before_the_model_is_loaded_pass_through_unmemoised(slice_model):
     """``background_load``: the model loads on a thread of its own; a call that comes before it is ready runs
     PyTorch's own convolution and is not memoised (its next call asks again), one after it is routed and kept."""
-    from algosel.runtime.loading import LOADING
+    from algosel.runtime.decision import Passing
     from algosel.runtime.standins import FakeDevice
 
     ex = hook.Executor(selector=slice_model[0], background_load=True, cache=False, native=False,
@@ -75,14 +75,14 @@ def test_calls_before_the_model_is_loaded_pass_through_unmemoised(slice_model):
     p = ConvProblem(n=2, c=3, k=4, h=8, w=8, r=3, s=3, pad_h=1, pad_w=1, dtype="float32")
     key = ("signature",)
     first = ex.route(key, p, torch.device("cpu"), (False, False))
-    if first.reasons == (LOADING,):  # the model was not ready yet
-        assert key not in ex.routes.by_key and ex.stats() == {LOADING: 1}
+    if first.reasons == (Passing.LOADING,):  # the model was not ready yet
+        assert key not in ex.routes.by_key and ex.stats() == {Passing.LOADING: 1}
     else:  # a fast machine loaded it before the call
         assert ex.routes.by_key[key] is first
     ex.model.wait()
     assert ex.model.ready() and ex.model.seconds > 0 and not ex.unavailable
     again = ex.route(key, p, torch.device("cpu"), (False, False))
-    assert LOADING not in again.reasons and ex.routes.by_key[key] is again
+    assert Passing.LOADING not in again.reasons and ex.routes.by_key[key] is again
 
 
 def test_a_damaged_model_is_named_once_and_the_step_runs(shipped, tmp_path):

@@ -99,7 +99,7 @@ def test_the_hook_runs_what_predict_measured_without_timing_it_again(tmp_path):
 
 
 def test_cache_show_lists_the_hook_s_decisions_and_predict_s_measurements(tmp_path, capsys):
-    from algosel.runtime.cache import Decision
+    from algosel.runtime.decision import Decision
 
     cache = RuntimeCache(tmp_path, ENV)
     cache.put(Decision("k1", "cudnn:eng0", "measured", "", {"cudnn:eng0": 0.01, DEFAULT_ID: 0.02}))

@@ -12,7 +12,8 @@ import pytest
 
 from algosel.candidates import DEFAULT_ID, DecisionSource
 from algosel.cli import main
-from algosel.runtime.cache import Decision, RuntimeCache, cache_folders
+from algosel.runtime.cache import RuntimeCache, cache_folders
+from algosel.runtime.decision import Decision
 
 ENV = {"gpu_name": "NVIDIA H200", "cudnn": 91900, "torch": "2.11.0", "cudnn_frontend": "1.32.0", "model": "abc"}
 KEY = "n8_c64_k64_h14_w14_r3_s3_p1x1_u1x1_d1x1_g1_float16_nhwc_fwd"
@@ -43,7 +44,7 @@ def test_decisions_appended_by_another_process_are_seen_on_a_miss(tmp_path):
     mine = RuntimeCache(tmp_path, ENV)
     mine.put(_decision())
     code = (
-        "import sys; from algosel.runtime.cache import RuntimeCache, Decision\n"
+        "import sys; from algosel.runtime.cache import RuntimeCache; from algosel.runtime.decision import Decision\n"
         f"c = RuntimeCache(sys.argv[1], {ENV!r})\n"
         "for i in range(50):\n"
         "    c.put(Decision(f'other{i}', 'gemm:fc', 'measured', '', {}))\n"

@@ -237,7 +237,7 @@ def _verified(problem: ConvProblem, choices: list[Choice], measurer: Any, cache:
               with_default: bool) -> list[Choice]:  # fmt: skip
     """``choices`` (and PyTorch's default where ``with_default``) with their measured times, fastest first, failures
     last: from ``cache`` where it has them (the hook's measurements count), the rest timed here and added to it."""
-    from algosel.runtime.cache import Decision  # noqa: PLC0415
+    from algosel.runtime.decision import Decision, Reason, keep  # noqa: PLC0415
 
     hit = cache.get(problem.key) if cache is not None else None
     times = dict(hit.times_ms) if hit is not None and hit.source == DecisionSource.MEASURED else {}
@@ -256,10 +256,9 @@ def _verified(problem: ConvProblem, choices: list[Choice], measurer: Any, cache:
             times[c.candidate_id] = float(row["time_ms_median"]) if row else math.inf
             if row is not None and row.get("host_overhead_us") is not None:
                 host_us[c.candidate_id] = float(row["host_overhead_us"])
-        if cache is not None:
-            best = min(times, key=times.get)
-            cache.put(Decision(problem.key, best, DecisionSource.MEASURED, "fastest" if best == DEFAULT_ID else "",
-                               times, host_us, by="predict"))  # fmt: skip
+        best = min(times, key=times.get)
+        keep(cache, Decision(problem.key, best, DecisionSource.MEASURED, Reason.FASTEST if best == DEFAULT_ID else "",
+                             times, host_us, by="predict"))  # fmt: skip
     timed = [dataclasses.replace(c, measured_time_ms=None if math.isinf(times[c.candidate_id]) else
                                  times[c.candidate_id], source="measured") for c in choices]  # fmt: skip
     return sorted(timed, key=lambda c: (c.measured_time_ms is None, c.measured_time_ms or 0.0))

@@ -9,9 +9,9 @@ its next call asks again) while a worker thread decides them; a GPU-bound step l
 (waiting on the device, PyTorch's bindings release the GIL), and the worker uses it.
 
 What the worker decides is everything but timing: where the rule would time candidates, the decision says so
-(:data:`TIME_ON_STEP`), and the step's own thread times them on the next call (timing needs the step's stream and an
-otherwise idle device). The worker lives while it has work: it ends once its queue has stayed empty for ``idle_s``,
-or when the main thread has ended, so it never holds a process open.
+(:attr:`Reason.TIME_ON_STEP`), and the step's own thread times them on the next call (timing needs the step's stream
+and an otherwise idle device). The worker lives while it has work: it ends once its queue has stayed empty for
+``idle_s``, or when the main thread has ended, so it never holds a process open.
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ from collections.abc import Callable, Iterable
 import torch
 
 from algosel.problem import ConvProblem
-
-#: What a call whose problems are still being decided runs, in the statistics.
-DECIDING = "pytorch:deciding"
 
 
 class DecidingAside:

@@ -19,8 +19,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from algosel.runtime.decision import Reason
 from algosel.runtime.device import DeviceProbe
-from algosel.runtime.policy import DEVICE_IDLE, NETWORK_IDLE, TRIAL_SAME, SwitchPolicy
+from algosel.runtime.policy import SwitchPolicy
 from algosel.runtime.probation import Probation
 from algosel.runtime.routes import RouteBook
 from algosel.runtime.trial import DROP, KEEP, StepTrial
@@ -130,13 +131,13 @@ class Blocks:
             if route.kind == "native":
                 continue
             if verdict == DROP:
-                reason = TRIAL_SAME
+                reason = Reason.TRIAL_SAME
             elif route.looked is None:  # exempt from probation, or nothing to look at: its decision stands
                 continue
             elif route.looked.idle(self.policy.looks.min_busy_fraction):
-                reason = DEVICE_IDLE
+                reason = Reason.DEVICE_IDLE
             elif self.probation.looks.idle(self.policy.looks.min_busy_fraction):
-                reason = NETWORK_IDLE
+                reason = Reason.NETWORK_IDLE
             else:
                 continue
             self.probation.pass_through(route, reason)

@@ -28,7 +28,6 @@ import fcntl
 import hashlib
 import json
 import logging
-import math
 import os
 import re
 import stat
@@ -36,11 +35,12 @@ import struct
 import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from algosel.candidates import DEFAULT_ID, DecisionSource  # noqa: F401 - Decision.source's vocabulary, importable here
+from algosel.candidates import DecisionSource  # noqa: F401 - Decision.source's vocabulary, importable here
+from algosel.runtime.decision import Decision
 
 log = logging.getLogger(__name__)
 
@@ -48,33 +48,6 @@ FORMAT = "algosel-runtime-cache"
 FORMAT_VERSION = 1
 #: A plan file: the uids of the graph's x, w and y tensors (three little-endian int64), then the blob.
 _UIDS = struct.Struct("<3q")
-
-
-@dataclass
-class Decision:
-    """What the runtime runs for one problem (one direction of one convolution)."""
-
-    problem: str  # problem key
-    candidate_id: str  # DEFAULT_ID for PyTorch's own path
-    source: str  # a DecisionSource: "records", "measured" (timed here), "predicted" (the model's times) or "model"
-    reason: str = ""  # why PyTorch's own path, where it is
-    times_ms: dict[str, float] = field(default_factory=dict)  # per candidate, measured or predicted
-    host_us: dict[str, float] = field(default_factory=dict)  # host time per call, measured (records or here)
-    #: Who made it: ``"hook"`` (the executor) or ``"predict"`` (``algosel.predict(verify=k)``, for any framework:
-    #: ``candidate_id`` is then the fastest measured, a failed candidate's time ``inf``). Either reads the other's.
-    by: str = "hook"
-
-    @property
-    def passes_through(self) -> bool:
-        return self.candidate_id == DEFAULT_ID
-
-    def gain_us(self) -> float:
-        """Device time per call the chosen candidate saves over PyTorch's default by ``times_ms`` (0 where either
-        time is unknown)."""
-        t, t_default = self.times_ms.get(self.candidate_id), self.times_ms.get(DEFAULT_ID)
-        if t is None or t_default is None or math.isnan(t) or math.isnan(t_default):
-            return 0.0
-        return max(0.0, 1e3 * (t_default - t))
 
 
 def environment_key(fields: Mapping[str, Any]) -> str:

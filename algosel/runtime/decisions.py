@@ -23,14 +23,12 @@ import torch
 
 from algosel.candidates import DEFAULT_ID
 from algosel.problem import ConvProblem
-from algosel.runtime.cache import Decision, RuntimeCache
+from algosel.runtime.cache import RuntimeCache
 from algosel.runtime.candidates import LIVE_MODES, CandidateSource
 from algosel.runtime.claims import ProblemClaims, wait_for
+from algosel.runtime.decision import Decision, Reason, keep
 from algosel.runtime.device import DeviceProbe
 from algosel.runtime.policy import (
-    BELOW_THRESHOLD,
-    DEVICE_BOUND,
-    TOO_SHORT_TO_PAY,
     SwitchPolicy,
     fastest,
     finite,
@@ -45,9 +43,6 @@ from algosel.runtime.verify import Verifier
 
 #: :meth:`Decider.before_timing`'s verdicts on a direction: look at the device first, or switch at once.
 LOOK, EXEMPT = "look", "exempt"
-#: A decision made beside the step (:meth:`Decider.prepare`) where the rule would time candidates: the step's thread
-#: decides it again, timing them (:meth:`Decider.take`).
-TIME_ON_STEP = "to be timed on the step's thread"
 
 
 class Decider:
@@ -89,13 +84,13 @@ class Decider:
         # no lock for a decision kept (one dict operation): the deciding thread holds the lock for a whole problem
         # at a time, and a step that waited for it at every new signature lost more than deciding costs
         known = self._known.pop(problem, None)
-        if known is None or known.reason == TIME_ON_STEP:
+        if known is None or known.reason == Reason.TIME_ON_STEP:
             return self.decide(problem, device)
         return known
 
     def prepare(self, problem: ConvProblem, device: torch.device) -> None:
         """Decide ``problem`` beside the step (:mod:`algosel.runtime.aside`): everything but timing, kept for
-        :meth:`take`; where the rule would time candidates, the decision kept says so (:data:`TIME_ON_STEP`)."""
+        :meth:`take`; where the rule would time candidates, the decision kept says so (:data:`Reason.TIME_ON_STEP`)."""
         with self._deciding:
             if problem in self._known:
                 return
@@ -120,7 +115,7 @@ class Decider:
 
     def _decide(self, problem: ConvProblem, device: torch.device) -> Decision:
         if problem.dtype not in self.dtypes:
-            return Decision(problem.key, DEFAULT_ID, "model", "dtype not covered")
+            return Decision(problem.key, DEFAULT_ID, "model", Reason.DTYPE_NOT_COVERED)
         cache = self.cache_for(device)
         if cache is None:
             return self.decide_uncached(problem, device)
@@ -151,8 +146,7 @@ class Decider:
 
     def _decided(self, cache: RuntimeCache, problem: ConvProblem, device: torch.device) -> Decision:
         decision = self.decide_uncached(problem, device)
-        if decision.source in ("records", "measured", "predicted"):
-            cache.put(decision)
+        keep(cache, decision)
         return decision
 
     def _would_measure(self, problem: ConvProblem, device: torch.device) -> bool:
@@ -193,16 +187,16 @@ class Decider:
         can_time = can_time and (budget is None or self.verifier.planning_s < budget)
         verdict = recurrence.near_verdict(problem) if can_time else None
         if verdict is not None and verdict.candidate_id == DEFAULT_ID:
-            return Decision(problem.key, DEFAULT_ID, "model", "default fastest at a near size of the layer")
+            return Decision(problem.key, DEFAULT_ID, "model", Reason.NEAR_SIZE_DEFAULT)
         if self.verify and can_time:
             return self._verified(problem, device, verdict)
         if self.calibration is None or not self.verifier.has_times():
-            return Decision(problem.key, DEFAULT_ID, "model", "no calibrated time model")
+            return Decision(problem.key, DEFAULT_ID, "model", Reason.NO_CALIBRATION)
         ids = self.top(problem, self.policy.rule_max_timed)
         if verdict is not None and verdict.candidate_id in ids:
             ids = [verdict.candidate_id]
         if not ids:
-            return Decision(problem.key, DEFAULT_ID, "model", "predicted best")
+            return Decision(problem.key, DEFAULT_ID, "model", Reason.PREDICTED_BEST)
         times = self.verifier.predicted(problem, [*ids, DEFAULT_ID])
         # the route's host cost, and the host time the records say the first candidate takes over PyTorch's default
         host_us = self.recorded_host_us(problem, [ids[0], DEFAULT_ID])
@@ -221,12 +215,12 @@ class Decider:
         """Verify mode's decision: its top ``verify`` timed (the layer's switch alone where a near size found one),
         nothing where the default is predicted too short for any candidate to save the least gain."""
         if self.too_short_to_pay(problem):
-            return Decision(problem.key, DEFAULT_ID, "model", TOO_SHORT_TO_PAY)
+            return Decision(problem.key, DEFAULT_ID, "model", Reason.TOO_SHORT_TO_PAY)
         ids = self.top(problem, self.verify)
         if verdict is not None and verdict.candidate_id in ids:
             ids = [verdict.candidate_id]
         if not ids:
-            return Decision(problem.key, DEFAULT_ID, "model", "predicted best")
+            return Decision(problem.key, DEFAULT_ID, "model", Reason.PREDICTED_BEST)
         return self._timed(problem, device, ids, verdict)
 
     def _timed(self, problem: ConvProblem, device: torch.device, timed: list[str], verdict: Decision | None,
@@ -234,7 +228,7 @@ class Decider:
         """Time ``timed`` and PyTorch's default, keep the fastest where it pays (on the step's thread: timing needs
         its stream; beside the step, a decision that says so)."""
         if getattr(self._beside, "on", False):
-            return Decision(problem.key, DEFAULT_ID, "model", TIME_ON_STEP, predicted or {})
+            return Decision(problem.key, DEFAULT_ID, "model", Reason.TIME_ON_STEP, predicted or {})
         t0 = self.verifier.clock()
         if verdict is None and device.type == "cuda" and self.candidates.live_available():
             # what is timed comes from cuDNN's own list of the problem where it can be queried (a few ms): the
@@ -304,7 +298,7 @@ class Decider:
             return hit
         if not hit.passes_through:
             cid = hit.candidate_id
-        elif hit.reason == BELOW_THRESHOLD:
+        elif hit.reason == Reason.BELOW_THRESHOLD:
             others = {c: t for c, t in times.items() if c != DEFAULT_ID and finite(t)}
             if not others:
                 return hit
@@ -316,7 +310,7 @@ class Decider:
         # a switch kept for a GPU-bound step is judged by that rule again (the process that kept it looked at the
         # device; this one has not yet, and its probation and step trial still check that it pays here)
         return self._judge(problem, cid, times, default_ms, hit.source, ratio, host_us,
-                           device_bound=hit.reason == DEVICE_BOUND)  # fmt: skip
+                           device_bound=hit.reason == Reason.DEVICE_BOUND)  # fmt: skip
 
     def _judge(self, problem: ConvProblem, cid: str, times: dict[str, float], default_ms: float | None, source: str,
                min_ratio: float, host_us: dict[str, float] | None, device_bound: bool = False) -> Decision:  # fmt: skip

@@ -19,18 +19,18 @@ from typing import Any
 import torch
 
 from algosel.problem import ConvProblem
-from algosel.runtime.aside import DECIDING, DecidingAside
+from algosel.runtime.aside import DecidingAside
 from algosel.runtime.blocks import Blocks
-from algosel.runtime.cache import Decision, RuntimeCache, runtime_environment
+from algosel.runtime.cache import RuntimeCache, runtime_environment
 from algosel.runtime.candidates import CandidateSource
 from algosel.runtime.config import HookConfig
+from algosel.runtime.decision import Decision, Passing
 from algosel.runtime.decisions import EXEMPT, LOOK, Decider
 from algosel.runtime.device import CudaDevice, DeviceProbe
 from algosel.runtime.fallbacks import NO_MODEL
-from algosel.runtime.loading import LOADING, ModelLoading
+from algosel.runtime.loading import ModelLoading
 from algosel.runtime.parts import ModelParts
 from algosel.runtime.plans import Plan, PlanBook, compiled_plans
-from algosel.runtime.policy import LOOKING
 from algosel.runtime.probation import Looks, Probation
 from algosel.runtime.routes import Dispatch, Route, RouteBook, compiled_route, one_matrix_product
 from algosel.runtime.state import STATE, tables_changed
@@ -220,9 +220,9 @@ class Executor:
             if hit is not None:
                 return hit
             if not self.model.ready():
-                self.call_stats.count(LOADING)
+                self.call_stats.count(Passing.LOADING)
                 self.unsettled_calls += 1
-                return Route("native", problem, (LOADING,))
+                return Route("native", problem, (Passing.LOADING,))
             return self._make_route(key, problem, device, grads)
 
     def _make_route(self, key: tuple, problem: ConvProblem, device: torch.device, grads: tuple[bool, bool]) -> Route:
@@ -246,14 +246,14 @@ class Executor:
             self.runtime_cache()
         if aside is not None and not aside.ready([p for p in directions if p not in self.plans], device):
             # PyTorch's own convolution while the worker decides the call's problems (not memoised: asked again)
-            self.call_stats.count(DECIDING)
+            self.call_stats.count(Passing.DECIDING)
             self.unsettled_calls += 1
-            return Route("native", problem, (DECIDING,))
+            return Route("native", problem, (Passing.DECIDING,))
         looking = self.look_first and self.verify and self.probe_calls and key not in self.routes.looked
         verdicts = {self.decider.before_timing(p, device, p in self.plans) for p in directions} if looking else set()
         if LOOK in verdicts and EXEMPT not in verdicts:
             # PyTorch's own convolution while probation's looks decide whether timing could pay at all
-            route = Route("native", problem, (LOOKING,) * len(directions), probe=Looks(), key=key)
+            route = Route("native", problem, (Passing.LOOKING,) * len(directions), probe=Looks(), key=key)
             self.routes.add(key, route)
             return route
         plans = [self.plan(p, device) for p in directions]

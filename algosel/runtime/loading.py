@@ -17,9 +17,6 @@ from typing import Any
 
 from algosel.runtime.fallbacks import NoModel, load_selector, model_calibration, warn_once
 
-#: What a call that arrives before the model is ready runs, in the statistics.
-LOADING = "pytorch:loading the model"
-
 
 class ModelLoading:
     """A model being loaded (see the module docstring): :meth:`ready` says whether it is, :meth:`wait` waits for it.

@@ -17,7 +17,8 @@ import torch
 
 from algosel.operands import OUTPUT_ROLE, empty_like_layout
 from algosel.problem import ConvProblem
-from algosel.runtime.cache import Decision, RuntimeCache
+from algosel.runtime.cache import RuntimeCache
+from algosel.runtime.decision import Decision
 from algosel.runtime.stats import CallStats
 from algosel.spaces import CandidateError, PreparedCandidate, get_space, split_candidate_id
 

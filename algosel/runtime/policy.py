@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from algosel.candidates import DEFAULT_ID
-from algosel.runtime.cache import Decision
+from algosel.runtime.decision import Decision, Reason
 
 
 def _check_numbers(value: Any, shares: tuple[str, ...] = ()) -> None:
@@ -182,26 +182,6 @@ class SwitchPolicy:
 #: The measured defaults.
 DEFAULT_POLICY = SwitchPolicy()
 
-# -- reasons: what a pass-through's statistics say -------------------------------------------------------------------
-#: A gain that did not pay (a cached one is judged again by the reading executor's policy).
-BELOW_THRESHOLD = "gain below the threshold"
-#: A switch kept because the step is GPU-bound that the host-bound bound (``min_gain_us``) would not keep: a process
-#: reading it from the cache judges it by the same rule.
-DEVICE_BOUND = "kept for a GPU-bound step"
-#: Nothing timed where the model predicts the default too short for any candidate to save the least gain.
-TOO_SHORT_TO_PAY = "predicted shorter than the least gain"
-#: Probation found the device idle at the route's calls ...
-DEVICE_IDLE = "device idle at the call"
-#: ... or at most of the network's switching calls.
-NETWORK_IDLE = "device idle at most of the network's calls"
-#: The step trial found PyTorch's own convolutions as fast.
-TRIAL_SAME = "step as fast without the switches"
-#: What a call that looks at the device counts as, per direction.
-PROBING = "pytorch:probing the device"
-#: What a signature that looks before its shortlist is timed runs meanwhile.
-LOOKING = "pytorch:looking before timing"
-
-
 def finite(v: Any) -> bool:
     """Whether ``v`` is a time (not None, not NaN)."""
     return v is not None and not (isinstance(v, float) and math.isnan(v))
@@ -232,17 +212,18 @@ def judge(policy: SwitchPolicy, problem_key: str, cid: str, times: dict[str, flo
     """Keep ``cid`` only where its gain over PyTorch's default pays what leaving PyTorch's path costs: the least gain,
     the path's own host cost ``overhead_us``, and the host time the candidate takes over the default (``host_us``),
     and is at least ``min_ratio`` times faster. ``device_bound`` (a GPU-bound step; measured or recorded times): no
-    least gain beyond the noise bound and the host costs, and a switch kept only so says so (:data:`DEVICE_BOUND`)."""
+    least gain beyond the noise bound and the host costs, and a switch kept only so says so
+    (:attr:`Reason.DEVICE_BOUND`)."""
     host_us = dict(host_us or {})
     if cid == DEFAULT_ID:
-        return Decision(problem_key, cid, source, "fastest", times, host_us)
+        return Decision(problem_key, cid, source, Reason.FASTEST, times, host_us)
     t = times.get(cid)
     if t is None or default_ms is None:
-        return Decision(problem_key, DEFAULT_ID, source, "no time for the choice or the default", times, host_us)
+        return Decision(problem_key, DEFAULT_ID, source, Reason.NO_TIMES, times, host_us)
     gain_us = 1e3 * (default_ms - t)
     cost_us = overhead_us + host_extra_us(host_us, cid)
     least_us = 0.0 if device_bound else policy.min_gain_us
     if gain_us < least_us + cost_us or default_ms < min_ratio * t:
-        return Decision(problem_key, DEFAULT_ID, source, BELOW_THRESHOLD, times, host_us)
-    reason = DEVICE_BOUND if gain_us < policy.min_gain_us + cost_us else ""
+        return Decision(problem_key, DEFAULT_ID, source, Reason.BELOW_THRESHOLD, times, host_us)
+    reason = Reason.DEVICE_BOUND if gain_us < policy.min_gain_us + cost_us else ""
     return Decision(problem_key, cid, source, reason, times, host_us)

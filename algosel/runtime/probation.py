@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import torch
 
+from algosel.runtime.decision import Passing, Reason
 from algosel.runtime.device import DeviceProbe
-from algosel.runtime.policy import DEVICE_IDLE, NETWORK_IDLE, PROBING, SwitchPolicy
+from algosel.runtime.policy import SwitchPolicy
 from algosel.runtime.routes import Route, RouteBook
 from algosel.runtime.state import STATE
 from algosel.runtime.stats import CallStats
@@ -76,12 +77,12 @@ class Probation:
             return self._time_next(route) if route.key is not None else True
         self.count(probe, busy, backward=False)
         if probe.calls < self.policy.looks.probe_calls:
-            self.stats.count(PROBING, len(route.reasons))
+            self.stats.count(Passing.PROBING, len(route.reasons))
             return False
         route.probe, route.looked = None, probe
         self.routes.changed()
         per_route, pooled = self.fractions()
-        idle = DEVICE_IDLE if probe.idle(per_route) else NETWORK_IDLE if self.looks.idle(pooled) else None
+        idle = Reason.DEVICE_IDLE if probe.idle(per_route) else Reason.NETWORK_IDLE if self.looks.idle(pooled) else None
         if route.key is not None:  # it looked before timing: untimed where idle, timed at the next call where busy
             if idle is None:
                 return self._time_next(route)
@@ -119,7 +120,7 @@ class Probation:
     def _time_next(self, route: Route) -> bool:
         """A signature that looked before timing found the device busy: forgotten, so that its next call plans it
         again, timing its shortlist (and switching without a second probation); this call takes PyTorch's path."""
-        self.stats.count(PROBING, len(route.reasons))
+        self.stats.count(Passing.PROBING, len(route.reasons))
         self.routes.looked.add(route.key)
         self.routes.looks_of[route.key] = route.looked
         self.routes.forget(route.key, route)
