@@ -176,7 +176,7 @@ def run_arm(arm: str, steps: list[list], truth: Truth, selector, calibration, co
                       native=False, candidates=ModelCandidates(selector, live=False), measurer=measurer,
                       device_probe=FakeDevice(busy=True, can_time=True), calibration=calibration,
                       look_first=False)  # fmt: skip
-    aside = aside and arm == "rule"  # (the hook decides beside the step under the rule only)
+    aside = aside and arm in ("rule", "predict")  # (the hook decides beside the step but with verify=k)
     chosen: dict[str, str] = {}
     step_ms, decide_ms, switched, host_ms = [], 0.0, 0, 0.0
     for i, step in enumerate(steps):
