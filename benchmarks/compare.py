@@ -2,8 +2,8 @@
 
 Imported by the scripts beside it (``python benchmarks/<script>.py`` puts this folder on ``sys.path``).
 
-A benchmark times its arms in slots side by side (ABBA order: benchmarks/zoo.py's ``round_order``), so that the
-drift of the machine adds the same to both; each slot of one arm is compared with its neighbouring slot of the other
+A benchmark times its arms in slots side by side (ABBA order: benchmarks/zoolib/timing.py's ``round_order``), so that
+the drift of the machine adds the same to both; each slot of one arm is compared with its neighbouring slot of the other
 (:func:`paired_ratios`, or differences). The figure reported is a median (of the paired ratios or differences, or of
 each arm where the arms cannot share a process: :func:`ratio_of_medians`) with a 95% percentile bootstrap interval
 (:func:`bootstrap_interval`). A sample measured in several processes is resampled process by process and then slot by

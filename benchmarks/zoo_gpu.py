@@ -36,7 +36,8 @@ past it, so the zoo runs in several calls of a few minutes, each going on where 
 
 from __future__ import annotations
 
-import os
+import dataclasses
+import functools
 import statistics
 import sys
 import time
@@ -45,6 +46,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import zoo  # noqa: E402
+from zoolib.config import ZooConfig  # noqa: E402
+from zoolib.drive import drive  # noqa: E402
+from zoolib.modes import TUNED, selector_kwargs  # noqa: E402
+from zoolib.nets import build_network  # noqa: E402
+from zoolib.pooling import pooled_ratio  # noqa: E402
+from zoolib.tables import summarize_rows  # noqa: E402
+from zoolib.timing import device_sync, wall_s  # noqa: E402
 
 #: name -> (batch, input size, kind): a batch and resolution that keep an H100 or H200 busy (the busy fraction
 #: each row records says whether they did).
@@ -80,8 +88,9 @@ SMOKE_SIZES = {"unet": 16, "srnet": 8}
 
 
 # ------------------------------------------------------------------------------------------------ networks
-def from_file(name: str, batch: int, size: int, mf, device: str):
-    """A network of examples/networks/<name>.py (its ``make_model``), on ``batch`` random images of ``size``."""
+def from_file(name: str, batch: int, size: int, mf, device: str, smoke: bool = False):
+    """A network of examples/networks/<name>.py (its ``make_model``), on ``batch`` random images of ``size`` (the
+    smoke run: 2 of :data:`SMOKE_SIZES`)."""
     import importlib.util
 
     import torch
@@ -90,33 +99,34 @@ def from_file(name: str, batch: int, size: int, mf, device: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     model = module.make_model().to(device).to(memory_format=mf)
-    batch, size = (2, SMOKE_SIZES.get(name, 16)) if zoo.SMOKE else (batch, size)
+    batch, size = (2, SMOKE_SIZES.get(name, 16)) if smoke else (batch, size)
     return model, [[torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=mf)]]
 
 
-def multiscale_head(name: str, batch: int, size: int, mf, device: str):
-    """The detection head over :data:`MS_SIZES` (a step takes the next size)."""
+def multiscale_head(name: str, batch: int, size: int, mf, device: str, smoke: bool = False):
+    """The detection head over :data:`MS_SIZES` (a step takes the next size; the smoke run: three of them at a 32nd
+    of their size, batch 1)."""
     from algosel.measure.suites import FPNHead
 
     model = FPNHead().to(device).to(memory_format=mf)
-    sizes = [(h // 32, w // 32) for h, w in MS_SIZES[:3]] if zoo.SMOKE else MS_SIZES
-    batch = 1 if zoo.SMOKE else batch
+    sizes = [(h // 32, w // 32) for h, w in MS_SIZES[:3]] if smoke else MS_SIZES
+    batch = 1 if smoke else batch
     inputs = [[t.contiguous(memory_format=mf) for t in model.example_inputs(h, w, batch, device=device)]
               for h, w in sizes]  # fmt: skip
     return model, inputs
 
 
-def _multiscale_cls(name: str, batch: int, size: int, mf, device: str):
+def multiscale_cls(name: str, batch: int, size: int, mf, device: str, smoke: bool = False):
     """A torchvision classifier (the name less its ``_msN`` suffix) over :data:`CLS_SIZES` (a step takes the next)."""
     import torch
     import torchvision
 
     model = getattr(torchvision.models, name.rsplit("_ms", 1)[0])(weights=None).to(device).to(memory_format=mf)
-    sizes, batch = ((32, 48, 64), 2) if zoo.SMOKE else (CLS_SIZES, batch)
+    sizes, batch = ((32, 48, 64), 2) if smoke else (CLS_SIZES, batch)
     return model, [[torch.randn(batch, 3, s, s, device=device).contiguous(memory_format=mf)] for s in sizes]
 
 
-def _small_cls(kind: str):
+def small_cls(kind: str):
     """torchvision's networks at a tiny batch and size (the smoke run on a CPU)."""
 
     def build(name: str, batch: int, size: int, mf, device: str):
@@ -131,26 +141,19 @@ def _small_cls(kind: str):
     return build
 
 
-def register() -> None:
-    """Make zoo.py's jobs run this zoo's networks (in this process: the driver's children call it first)."""
-    zoo.NETS.clear()
-    zoo.NETS.update(GPU_NETS)
-    zoo.BUILDERS.update({"file": from_file, "multiscale": multiscale_head, "multiscale_cls": _multiscale_cls})
-    if zoo.SMOKE:  # the torchvision networks at batch 2 on 64x64 (BatchNorm needs more than one value per channel)
-        zoo.BUILDERS.update({"cls": _small_cls("cls"), "seg": _small_cls("seg")})
-    for arm in RUN_ARMS:
-        zoo.JOBS[f"run_{arm}"] = _run_job(arm)
+def gpu_config(cfg: ZooConfig) -> ZooConfig:
+    """``cfg`` with this zoo's networks, their builders and the multi-scale run's arms among its jobs (zoo.py's
+    jobs run them; the driver's children make it again from the environment)."""
+    builders = {kind: functools.partial(build, smoke=cfg.smoke) for kind, build in
+                (("file", from_file), ("multiscale", multiscale_head), ("multiscale_cls", multiscale_cls))}  # fmt: skip
+    if cfg.smoke:  # the torchvision networks at batch 2 on 64x64 (BatchNorm needs more than one value per channel)
+        builders.update({"cls": small_cls("cls"), "seg": small_cls("seg")})
+    jobs = {**cfg.jobs, **{f"run_{arm}": functools.partial(job_run, arm=arm) for arm in RUN_ARMS}}
+    return dataclasses.replace(cfg, nets=GPU_NETS, builders={**cfg.builders, **builders}, jobs=jobs)
 
 
 # ------------------------------------------------------------------------------------------ multi-scale runs
-def _run_job(arm: str):
-    def job(name: str, dtype: str, device: str = "cuda") -> dict:
-        return job_run(arm, name, dtype, device)
-
-    return job
-
-
-def _run_context(arm: str, dtype: str, hook):
+def run_context(cfg: ZooConfig, arm: str, hook):
     """The context a run's steps take: the hook's mode with a cache of the run's own (the cold arm's empty unless
     a run before it filled it: its row then counts what it timed), or benchmark mode."""
     import contextlib
@@ -162,26 +165,25 @@ def _run_context(arm: str, dtype: str, hook):
     if arm == "benchmark":
         torch.backends.cudnn.benchmark = True
         return contextlib.nullcontext
-    sel = zoo.selector_kwargs()
+    sel = selector_kwargs(cfg)
     if arm == "rule":  # the hook's default mode
         return lambda: hook.enabled(cache=cache_root() / "zoo-run-rule", **sel)
     if arm == "predict":  # the rule without timing
         return lambda: hook.enabled(verify=False, cache=cache_root() / "zoo-run-predict", **sel)
     if arm in ("verify", "verify_warm"):
-        return lambda: hook.enabled(verify=zoo.VERIFY_K, cache=cache_root() / "zoo-run-verify", **sel)
+        return lambda: hook.enabled(verify=cfg.verify_k, cache=cache_root() / "zoo-run-verify", **sel)
     return contextlib.nullcontext
 
 
-def job_run(arm: str, name: str, dtype: str, device: str = "cuda", epochs: int = RUN_EPOCHS) -> dict:
+def job_run(cfg: ZooConfig, name: str, dtype: str, device: str = "cuda", *, arm: str, epochs: int = RUN_EPOCHS
+            ) -> dict:  # fmt: skip
     """One arm of a multi-scale run in this process: ``epochs`` passes over the network's input sizes, each pass
     timed (s); the whole run's time, the first pass (every size new) and the steady passes after it."""
-    import torch
-
     from algosel.runtime import hook
 
-    step, n = zoo.build_network(name, dtype, device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    ctx = _run_context(arm, dtype, hook)
+    step, n = build_network(cfg, name, dtype, device)
+    sync = device_sync(device)
+    ctx = run_context(cfg, arm, hook)
     ex = None
     if arm.startswith("verify") or arm == "rule":
         with ctx() as ex:
@@ -191,10 +193,10 @@ def job_run(arm: str, name: str, dtype: str, device: str = "cuda", epochs: int =
     for _ in range(epochs):
         hook.reset_stats()
         cpu0 = time.thread_time()  # the step's thread: its host time (a worker deciding beside it is not counted)
-        passes.append(zoo.wall_s(step, ctx, n, sync, first=0))
+        passes.append(wall_s(step, ctx, n, sync, first=0))
         host.append(time.thread_time() - cpu0)
         stats.append(hook.stats())
-    out = {"net": name, "dtype": dtype, "job": f"run_{arm}", "arm": arm, "batch": zoo.NETS[name][0], "inputs": n,
+    out = {"net": name, "dtype": dtype, "job": f"run_{arm}", "arm": arm, "batch": cfg.nets[name][0], "inputs": n,
            "passes_s": [round(p, 4) for p in passes], "run_s": time.perf_counter() - t0, "first_pass_s": passes[0],
            "steady_pass_s": statistics.median(passes[1:]) if len(passes) > 1 else None,
            "host_passes_s": [round(h, 4) for h in host], "pass_stats": stats}  # fmt: skip
@@ -253,8 +255,8 @@ def busy_lines(rows: list[dict]) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in sorted((r for r in rows if r.get("job") == "paired" and "error" not in r),
                     key=lambda r: (r["net"], r["dtype"], r.get("process", 0))):  # fmt: skip
-        got = {m: zoo.pooled_ratio([r], m) for m in ("predict", "verify", zoo.TUNED)}
-        got["verify / tuned"] = zoo.pooled_ratio([r], "verify", base=zoo.TUNED)
+        got = {m: pooled_ratio([r], m) for m in ("predict", "verify", TUNED)}
+        got["verify / tuned"] = pooled_ratio([r], "verify", base=TUNED)
 
         def cell(key: str, got=got) -> str:
             v = got[key]
@@ -265,13 +267,13 @@ def busy_lines(rows: list[dict]) -> list[str]:
                             for m in ("default", "predict", "verify"))  # fmt: skip
 
         captured = ""
-        if got[zoo.TUNED] is not None and got["verify"] is not None and got[zoo.TUNED][0] <= 0.97:
-            captured = f"{(1 - got['verify'][0]) / (1 - got[zoo.TUNED][0]):.2f}"
+        if got[TUNED] is not None and got["verify"] is not None and got[TUNED][0] <= 0.97:
+            captured = f"{(1 - got['verify'][0]) / (1 - got[TUNED][0]):.2f}"
         busy, cold, tuning = r.get("default_busy_fraction"), r["verify_cold_first_pass_s"], r.get("tuned_first_pass_s")
         card = card_of(r)
         lines.append(
             f"| {r['net']} | {r['dtype']} | {r['batch']} | {r['default_step_ms']:.2f} | "
-            f"{'' if busy is None else f'{busy:.2f}'} | {cell('predict')} | {cell('verify')} | {cell(zoo.TUNED)} | "
+            f"{'' if busy is None else f'{busy:.2f}'} | {cell('predict')} | {cell('verify')} | {cell(TUNED)} | "
             f"{cell('verify / tuned')} | {captured} | {triple('host_ms')} | {triple('kernel_ms')} | {cold:.2f} | "
             f"{'' if tuning is None else f'{tuning:.2f}'} | {'' if not tuning else f'{cold / tuning:.3f}'} | {card} |"
         )
@@ -284,29 +286,29 @@ def summarize(path: Path) -> str:
 
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     zoo_rows = [r for r in rows if not str(r.get("job", "")).startswith("run_")]
-    return "\n".join([*busy_lines(zoo_rows), *run_lines(rows), "", zoo.summarize_rows(zoo_rows)])
+    return "\n".join([*busy_lines(zoo_rows), *run_lines(rows), "", summarize_rows(zoo_rows)])
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, driver=drive) -> None:
+    """benchmarks/zoo.py's command line over this zoo (:func:`gpu_config`); ``driver``: what runs the jobs (zoo.py's
+    ``main``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--smoke" in argv:  # every job on the CPU at tiny sizes (the children read it from the environment)
+    cfg = ZooConfig.from_env()
+    if "--smoke" in argv:  # every job on the CPU at tiny sizes (the configuration tells the children so)
         argv.remove("--smoke")
-        os.environ["ALGOSEL_ZOO_SMOKE"] = "1"
+        cfg = dataclasses.replace(cfg, smoke=True)
         argv = ["--device", "cpu", "--rounds", "2", "--slot-steps", "1", *argv]
-        zoo.SMOKE = True  # this process's builders read it (its children read the environment)
     # GPU-bound steps are long: fewer rounds and slots of 2 steps resolve what 30 rounds of 3 do on host-bound ones,
     # and a paired process of two dtypes (benchmark mode's tuning in each) may take minutes (given flags win)
     argv = ["--rounds", "8", "--slot-steps", "2", "--timeout-s", "420", *argv]
-    register()
-    jobs = []
     if "--jobs" in argv:  # "runs": the multi-scale run's arms, a process each
         i = argv.index("--jobs") + 1
-        jobs = argv[i].split(",")
-        argv[i] = ",".join(j for job in jobs for j in ([f"run_{a}" for a in RUN_ARMS] if job == "runs" else [job]))
+        argv[i] = ",".join(j for job in argv[i].split(",")
+                           for j in ([f"run_{a}" for a in RUN_ARMS] if job == "runs" else [job]))  # fmt: skip
     if "--summarize" in argv:
         print(summarize(Path(argv[argv.index("--summarize") + 1])))
         return
-    zoo.main(argv, script=__file__, description=__doc__, summary=summarize)
+    zoo.main(argv, script=__file__, description=__doc__, summary=summarize, config=gpu_config(cfg), driver=driver)
 
 
 if __name__ == "__main__":
