@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parent.parent
 SLICE = REPO / "data" / "samples" / "h200-slice"
 
 #: The test files that take longest, longest first (wall seconds of each alone, ``pytest FILE``, on the 2-core
-#: machine, 2026-12-07, in the comments; * where that includes training the slice's model, which a run does once).
+#: machine, 2026-12-07, in the comments; * where that includes training the slice's model, which a run does once; a
+#: file split from a longer one: measured beside that one, scaled to that one's figure here).
 #: pytest-xdist's ``--dist loadfile`` hands each process one file at a time in the collection's order; these come
 #: first, so that a long file never starts last while the other process has nothing left to do (a long file of few
 #: tests would: xdist's own order puts the files of most tests first). The other files follow in that order, xdist's
@@ -22,26 +23,28 @@ SLICE = REPO / "data" / "samples" / "h200-slice"
 LONG_FILES = (
     "test_zoo_driver.py",  # 46: four processes of benchmarks/zoo.py's jobs
     "test_report.py",  # 30* (and the two browser tests where chromium is installed)
-    "test_reliability.py",  # 27*
     "test_reliability_sweep.py",  # 26
+    "test_reliability.py",  # 22*
     "test_bad_inputs_hook.py",  # 22
     "test_bad_inputs_third.py",  # 21*
     "test_tutorial.py",  # 19
     "test_shared_decisions.py",  # 19*
     "test_notebook.py",  # 18
     "test_joint.py",  # 17
-    "test_bad_inputs_cli.py",  # 17*
+    "test_bad_inputs_cli.py",  # 15*
     "test_selector_benchmarks.py",  # 15
-    "test_bad_inputs_models.py",  # 14
     "test_ray_sweep.py",  # 13: a local Ray cluster's start
     "test_cli_selector.py",  # 11
-    "test_hook.py",  # 11
-    "test_layers.py",  # 10
+    "test_bad_inputs_models.py",  # 11
     "test_unseen.py",  # 10
     "test_targeted_sweep_h100.py",  # 10
+    "test_hook_switching.py",  # 9
+    "test_layers_files.py",  # 9
     "test_zoo_gpu.py",  # 9
     "test_ranker.py",  # 9
     "test_doctor.py",  # 9
+    "test_layers.py",  # 8
+    "test_model_and_record_files.py",  # 8*
     "test_install.py",  # 8
 )
 
@@ -119,7 +122,8 @@ def slice_model(tmp_path_factory):
 def shipped():
     """The shipped model for this machine (``default_model_dir``), loaded once per test process (seconds each
     time): the runtime's tests that need a real model's candidate lists and records, which none of them changes.
-    A module may define its own (tests/test_gpu_runtime.py: ``load_default``, on the GPU)."""
+    A module may define its own (tests/test_gpu_runtime.py, test_gpu_compiled_path.py, test_gpu_networks.py:
+    ``load_default``, on the GPU)."""
     from algosel.learn.models import default_model_dir
     from algosel.learn.selector import Selector
 

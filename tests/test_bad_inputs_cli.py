@@ -12,25 +12,23 @@ the files it must not touch hashed before and after. Cases:
 - records that are no valid convolution (``c=-5``, ``groups=0``, ``dtype='float64'``, ``direction='sideways'``,
   a ``problem_key`` that is not its columns') and malformed Parquet metadata are refused on load;
 - outputs that cannot be written (/proc, /sys, a directory for a file, a file for a directory) are one line before
-  any work; a closed stdout (``| head``) ends the command quietly with status 141;
+  any work;
 - Ctrl-C during ``report`` into an existing folder leaves it all old or all new; ``sweep --dry-run`` counts a
-  journal's finished cases; one extrapolation warning per kind; ``examples/mynet_step.py``'s percentiles;
-- messages that name the real trouble: a directory given as a file, ``--seed -5``, ``--name ../x``,
-  ``predict(live=True)`` without a GPU.
+  journal's finished cases;
+- messages that name the real trouble: a directory given as a file, ``--seed -5``, ``--name ../x``.
+
+A closed stdout, signals during a folder's renames and the ownership rule of outputs:
+tests/test_outputs_and_signals.py; the library's messages: tests/test_messages.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
 import time
-import warnings
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,21 +37,13 @@ import pyarrow.parquet as pq
 import pytest
 from cli_rows import check_command_row
 from conftest import REPO, SLICE
-from support import RECORDED, Row, hashes, run_in_process, run_in_subprocess
+from support import SHIPPED, Row, hashes, run_in_process, run_in_subprocess
 
 from algosel.learn.artifact import MANIFEST_FILE, verify_directory
-from algosel.outputs import (
-    OUTPUTS_RECORD,
-    OutputError,
-    check_output_dir,
-    check_output_file,
-    deferred_signals,
-    write_output_dir,
-)
+from algosel.outputs import OUTPUTS_RECORD, write_output_dir
 from algosel.problem import ConvProblem
 from algosel.records import RecordsError, read_part, write_part
 
-SHIPPED = REPO / "models" / "joint-h100-h200-cudnn91900"
 LOG = Path(__file__).resolve().parent / "fixtures" / "cudnn_logs" / "pytorch.log.gz"
 #: The first grid shape of ``algosel sweep --suites none --grid 3 --dtypes float32`` (the journal's finished case).
 GRID_ARGS = ["--suites", "none", "--grid", "3", "--dtypes", "float32"]
@@ -83,14 +73,12 @@ def _report_files(directory: Path, marker: bytes) -> dict[str, bytes]:
     return files
 
 
-@pytest.fixture(scope="module")
-def paths(tmp_path_factory, slice_records, slice_model) -> dict[str, Path]:
-    """Inputs built once: damaged records, users' files in the way, model directories to write into."""
+def _damaged_records(root: Path, frame, envs) -> dict[str, Path]:
+    """Records that are no valid convolution, malformed Parquet metadata, and records without a network suite's
+    shape."""
     from algosel.measure.suites import load_suites
 
-    root = tmp_path_factory.mktemp("bad-inputs")
-    frame, envs = slice_records
-    p: dict[str, Path] = {"root": root}
+    p: dict[str, Path] = {}
     p["c-negative"] = _bad_part(root, "c", frame, envs, "c", -5)
     p["groups-0"] = _bad_part(root, "groups", frame, envs, "groups", 0)
     p["dtype-float64"] = _bad_part(root, "dtype", frame, envs, "dtype", "float64")
@@ -107,11 +95,17 @@ def paths(tmp_path_factory, slice_records, slice_model) -> dict[str, Path]:
     shape = frame["problem_key"].map(lambda k: ConvProblem.from_key(k).shape_key)
     no_suite = frame[(frame["source"] == "grid") & ~shape.isin(suite_shapes)]
     p["no-suites"] = write_part(root / "no-suites" / "part-grid.parquet", no_suite.to_dict("records"), envs.values())
+    return p
 
+
+def _model_directories(root: Path, slice_model) -> dict:
+    """A model directory evaluate must refuse to write into, and one it overwrites (with the names an earlier
+    evaluation left in it)."""
     import shutil
 
     from algosel.cli import main
 
+    p: dict = {}
     p["model-refused"] = root / "model-refused"
     shutil.copytree(SHIPPED, p["model-refused"])
     # The slice's model (40 trees): leave-one-network-out retrains it per network in seconds (the shipped model's
@@ -124,6 +118,13 @@ def paths(tmp_path_factory, slice_records, slice_model) -> dict[str, Path]:
                str(p["model-overwritten"]), "--overwrite", "--no-progress"]  # fmt: skip
     assert main(earlier) == 0
     p["earlier-names"] = {q.name for q in p["model-overwritten"].iterdir()}
+    return p
+
+
+def _users_files(root: Path) -> dict[str, Path]:
+    """A user's page and file in the way, a folder and a file given where the other is expected, an empty folder of
+    models and an empty dataset."""
+    p: dict[str, Path] = {}
     p["user-report"] = root / "user-report"
     p["user-report"].mkdir()
     (p["user-report"] / "index.html").write_text("<p>my own page</p>\n")
@@ -138,16 +139,31 @@ def paths(tmp_path_factory, slice_records, slice_model) -> dict[str, Path]:
     p["models"].mkdir()
     p["empty"] = root / "empty-dataset"
     p["empty"].mkdir()
+    return p
 
-    # A killed sweep's journal in --out, with the first grid case finished.
+
+def _killed_sweep_out(root: Path) -> Path:
+    """A killed sweep's journal in --out, with the first grid case finished."""
     from algosel.measure.grid import GridSpec, sample_grid
 
     first = sample_grid(GridSpec(count=3))[0].replace(dtype="float32").case_key
-    p["journal-out"] = root / "sweep-out"
-    p["journal-out"].mkdir()
+    out = root / "sweep-out"
+    out.mkdir()
     line = {"case_key": first, "environment": {"env_id": "e"}, "rows": [{"case_key": first, "env_id": "e"}]}
-    (p["journal-out"] / "journal-0of1.jsonl").write_text(json.dumps(line) + "\n")
+    (out / "journal-0of1.jsonl").write_text(json.dumps(line) + "\n")
+    return out
 
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory, slice_records, slice_model) -> dict[str, Path]:
+    """Inputs built once: damaged records, users' files in the way, model directories to write into."""
+    root = tmp_path_factory.mktemp("bad-inputs")
+    frame, envs = slice_records
+    p: dict[str, Path] = {"root": root}
+    p.update(_damaged_records(root, frame, envs))
+    p.update(_model_directories(root, slice_model))
+    p.update(_users_files(root))
+    p["journal-out"] = _killed_sweep_out(root)
     p["report-interrupted"] = root / "report-interrupted"
     _report_files(p["report-interrupted"], b"old ")
     return p
@@ -266,51 +282,6 @@ def test_a_user_file_beside_the_outputs_is_left_alone(ran: dict[str, Row], paths
     assert not (paths["user-report"] / OUTPUTS_RECORD).exists()
 
 
-# ------------------------------------------------------------------------------------------------ pipes
-def test_a_closed_stdout_ends_the_command_quietly() -> None:
-    """``algosel grid --count 100000000 | head -1``: the first line comes at once (every shape used to be drawn
-    before the first was printed: minutes), and when the reader leaves the command stops with status 141
-    (128 + SIGPIPE, as ``seq`` under ``set -o pipefail``), no traceback, nothing on stderr."""
-    proc = subprocess.Popen([sys.executable, "-m", "algosel", "grid", "--count", "100000000"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    t0 = time.perf_counter()
-    first = proc.stdout.readline()
-    proc.stdout.close()
-    try:
-        status = proc.wait(timeout=60)
-    finally:
-        proc.kill()
-    stderr = proc.stderr.read().decode()
-    proc.stderr.close()
-    assert first.startswith(b"n") and time.perf_counter() - t0 < 30, (first, stderr)
-    assert status == 128 + signal.SIGPIPE, (status, stderr)
-    assert stderr == ""
-
-
-class _ClosedPipe(io.StringIO):
-    """stdout whose reader has left: every write raises, as a pipe's does once ``head`` has exited."""
-
-    def write(self, text: str) -> int:
-        raise BrokenPipeError(32, "Broken pipe")
-
-    def flush(self) -> None:
-        raise BrokenPipeError(32, "Broken pipe")
-
-
-@pytest.mark.parametrize(
-    "argv", [["summarize", str(SLICE)], ["predict", "--key", RECORDED, "--json", "--offline"]], ids=lambda a: a[0]
-)
-def test_a_closed_stdout_ends_any_command_quietly(argv) -> None:
-    """summarize and predict --json (a short output: in a real pipe it would fit the buffer and end before the
-    reader left), through the command line's boundary in this process: status 141, nothing on stderr."""
-    from algosel.cli import main
-
-    err = io.StringIO()
-    with contextlib.redirect_stdout(_ClosedPipe()), contextlib.redirect_stderr(err):
-        status = main(argv)
-    assert status == 128 + signal.SIGPIPE and err.getvalue() == ""
-
-
 # ----------------------------------------------------------------------------------------------- Ctrl-C
 def test_ctrl_c_during_report_leaves_the_folder_all_old_or_all_new(paths) -> None:
     """SIGINT while ``algosel report`` computes into a folder an earlier report wrote: status 130, one line, and
@@ -335,98 +306,6 @@ def test_ctrl_c_during_report_leaves_the_folder_all_old_or_all_new(paths) -> Non
     else:
         assert (folder / "index.html").read_bytes() != b"old index.html"
         assert all(after[k] != v for k, v in before.items() if not k.endswith(OUTPUTS_RECORD) and k in after)
-
-
-def test_the_renames_of_a_unit_are_never_split_by_a_signal(tmp_path, monkeypatch) -> None:
-    """SIGINT arriving between two renames is delivered after the last: every file new, then KeyboardInterrupt."""
-    names = ("a.csv", "b.csv", "c.csv")
-    write_output_dir(tmp_path, {n: b"old" for n in names}, "test", names)
-    real_replace, sent = os.replace, []
-
-    def replace_and_interrupt(src, dst):
-        real_replace(src, dst)
-        if not sent:
-            sent.append(dst)
-            os.kill(os.getpid(), signal.SIGINT)
-
-    monkeypatch.setattr(os, "replace", replace_and_interrupt)
-    # Python's own SIGINT handler, as a user's process has it: an earlier test in this process may have left another
-    # (ray.init installs its own), under which SIGINT raises nothing.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            write_output_dir(tmp_path, {n: b"new" for n in names}, "test", names)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    assert sent and all((tmp_path / n).read_bytes() == b"new" for n in names)
-    assert not list(tmp_path.glob(".*.tmp"))
-
-
-def test_an_interrupt_before_the_renames_leaves_the_folder_as_it_was(tmp_path, monkeypatch) -> None:
-    names = ("a.csv", "b.csv")
-    write_output_dir(tmp_path, {n: b"old" for n in names}, "test", names)
-    before = hashes(tmp_path)
-    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(KeyboardInterrupt()))
-    with pytest.raises(KeyboardInterrupt):
-        write_output_dir(tmp_path, {n: b"new" for n in names}, "test", names)
-    assert hashes(tmp_path) == before and not list(tmp_path.glob(".*.tmp"))
-
-
-def test_deferred_signals_restores_the_handlers() -> None:
-    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    with deferred_signals():
-        assert signal.getsignal(signal.SIGINT) is not before[0]
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
-
-
-# ------------------------------------------------------------------------------------- the ownership rule
-def test_a_folder_of_outputs_is_replaced_whole_and_only_where_the_command_wrote_it(tmp_path) -> None:
-    names = ("report.csv", "totals.csv", "figure.png")
-    folder = tmp_path / "out"
-    write_output_dir(folder, {"report.csv": b"1", "totals.csv": b"1"}, "cmd", names)
-    (folder / "notes.txt").write_text("mine")
-    # A second run of the same command: replaced without asking, and the file it no longer makes removed.
-    write_output_dir(folder, {"report.csv": b"2", "figure.png": b"2"}, "cmd", names)
-    assert sorted(p.name for p in folder.iterdir()) == [OUTPUTS_RECORD, "figure.png", "notes.txt", "report.csv"]
-    # Another command's files of the same names, or one the user changed, are not this command's to replace.
-    with pytest.raises(OutputError, match="figure.png .*not written there by algosel other"):
-        check_output_dir(folder, "other", names)
-    (folder / "report.csv").write_bytes(b"edited by hand")
-    with pytest.raises(OutputError, match=r"report\.csv exists and was not written there by algosel cmd, or changed"):
-        write_output_dir(folder, {"report.csv": b"3"}, "cmd", names)
-    assert (folder / "report.csv").read_bytes() == b"edited by hand"
-    write_output_dir(folder, {"report.csv": b"3"}, "cmd", names, overwrite=True)
-    assert (folder / "report.csv").read_bytes() == b"3" and not (folder / "figure.png").exists()
-    assert (folder / "notes.txt").read_text() == "mine"
-
-
-def test_a_single_output_file_is_refused_where_replacing_it_would_lose_something(tmp_path) -> None:
-    existing = tmp_path / "x.csv"
-    existing.write_text("mine")
-    with pytest.raises(OutputError, match="exists; pass --overwrite"):
-        check_output_file(existing)
-    assert check_output_file(existing, overwrite=True) == existing
-    with pytest.raises(OutputError, match="not a plain file"):  # renaming over it would replace the device
-        check_output_file("/dev/null", overwrite=True)
-
-
-# ----------------------------------------------------------------------------------------- the boundary
-def test_the_boundary_turns_os_errors_into_one_line_naming_the_path(capsys) -> None:
-    """Whatever command meets an OSError (a full disk, a file gone) ends on one line naming the path; a message
-    of several lines is joined into one."""
-    from algosel.cli.boundary import run_command
-
-    def disk_full(_args):
-        raise OSError(28, "No space left on device", "/data/out/report.csv")
-
-    def several_lines(_args):
-        raise ValueError("first\nsecond")
-
-    for func, line in ((disk_full, "algosel x: error: /data/out/report.csv: No space left on device"),
-                       (several_lines, "algosel x: error: first second")):  # fmt: skip
-        args = type("Args", (), {"func": staticmethod(func), "command": "x"})()
-        assert run_command(args) == 2
-        assert capsys.readouterr().err == line + "\n"
 
 
 # --------------------------------------------------------------------------------------------- records
@@ -471,43 +350,3 @@ def test_malformed_environments_metadata_is_refused_naming_the_file(paths, tmp_p
     path = _with_environments(paths["c-negative"], tmp_path / "part-m.parquet", raw)
     with pytest.raises(RecordsError, match=f"^{path}: .*{message}"):
         read_part(path)
-
-
-# ------------------------------------------------------------------------------------ library messages
-def test_one_extrapolation_warning_per_kind() -> None:
-    """A dtype the records lack and a batch size beyond them are two kinds: both warned about, once each (the
-    first used to silence every later one; tests/test_reliability.py has the size fields)."""
-    import algosel
-    from algosel.learn.extrapolation import ExtrapolationWarning, extrapolation_warnings_scope
-
-    p = ConvProblem.from_key(RECORDED)
-    with extrapolation_warnings_scope(), warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        for fields in ({"dtype": "float32_strict"}, {"n": 10**6}, {"dtype": "float32_strict", "k": 128}):
-            assert algosel.predict(p.replace(**fields), live=False)[0].extrapolated
-    caught = [str(w.message) for w in seen if issubclass(w.category, ExtrapolationWarning)]
-    assert len(caught) == 2 and "dtype 'float32_strict'" in caught[0] and "n=1000000" in caught[1], caught
-
-
-def test_predict_live_without_a_gpu_says_so() -> None:
-    import torch
-
-    import algosel
-
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is visible: the live list can be enumerated")
-    with pytest.raises(ValueError, match=r"predict\(live=True\): .*cannot be enumerated here \(no CUDA device\)"):
-        algosel.predict(ConvProblem.from_key(RECORDED), live=True)
-
-
-def test_mynet_step_percentiles_stay_within_the_measured_times() -> None:
-    sys.path.insert(0, str(REPO / "examples"))
-    try:
-        import mynet_step
-    finally:
-        sys.path.remove(str(REPO / "examples"))
-    two = mynet_step.step_summary([1.0, 10.0])  # the default ("exclusive") method gave p25 = -1.25
-    assert 1.0 <= two["step_ms_p25"] <= two["step_ms_median"] <= two["step_ms_p75"] <= 10.0
-    assert mynet_step.step_summary([4.0]) == {"step_ms_median": 4.0, "step_ms_p25": 4.0, "step_ms_p75": 4.0}
-    with pytest.raises(SystemExit):
-        mynet_step.main(["--steps", "0", "--device", "cpu"])

@@ -11,6 +11,14 @@ from algosel.learn.artifact import verify_directory
 
 
 def test_train_evaluate_predict(tmp_path, capsys):
+    model = _train(tmp_path, capsys)
+    _evaluate(model, tmp_path, capsys)
+    _evaluate_into_the_model(model, capsys)
+    _predict(model, capsys)
+
+
+def _train(tmp_path, capsys):
+    """``algosel train`` on the slice: the model, and the command that made it in its manifest and README."""
     assert (
         main(
             [
@@ -41,7 +49,11 @@ def test_train_evaluate_predict(tmp_path, capsys):
                "--trees compiled --no-progress")  # fmt: skip
     assert manifest["command"] == command and manifest["first_prediction_trees"] == "compiled"
     assert f"\n{command}\n" in (model / "README.md").read_text()
+    return model
 
+
+def _evaluate(model, tmp_path, capsys):
+    """``algosel evaluate`` into a folder of its own: the report's sections, and the model left as it was."""
     reports = tmp_path / "reports"
     assert main(["evaluate", "--model", str(model), "--data", str(SLICE), "--out", str(reports), "--no-progress"]) == 0
     out = capsys.readouterr().out
@@ -55,8 +67,11 @@ def test_train_evaluate_predict(tmp_path, capsys):
     assert (reports / "network_totals.csv").is_file() and (reports / "report.csv").is_file()
     assert "files" not in report and verify_directory(model) == []
 
-    # Into the model's own directory (how a shipped model's report is made): the manifest records what it wrote.
-    # Its manifest is the model's, not evaluate's: rewriting it takes --overwrite, refused before any work without.
+
+def _evaluate_into_the_model(model, capsys):
+    """``algosel evaluate`` into the model's own directory (how a shipped model's report is made): the manifest
+    records what it wrote. Its manifest is the model's, not evaluate's: rewriting it takes --overwrite, refused
+    before any work without."""
     into_model = ["evaluate", "--model", str(model), "--data", str(SLICE), "--out", str(model), "--no-lono",
                   "--no-progress"]  # fmt: skip
     assert main(into_model) == 2
@@ -68,6 +83,9 @@ def test_train_evaluate_predict(tmp_path, capsys):
     assert sorted(files) == sorted(p.name for p in model.iterdir() if p.name != "manifest.json")
     assert verify_directory(model) == []
 
+
+def _predict(model, capsys):
+    """``algosel predict`` of a problem given by its fields, and of one given by its key (as JSON)."""
     assert (
         main(
             [
