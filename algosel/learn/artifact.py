@@ -102,7 +102,8 @@ def save_artifact(
         with atomic_directory(directory, replace=owned) as tmp:
             (tmp / MODEL_FILE).write_text(ranker.booster_.model_to_string(), encoding="utf-8")
             cols = [c for c in (*CATALOGUE_COLUMNS, "env_id") if c in catalogue]  # env_id: a joint model's
-            catalogue[cols].to_parquet(tmp / CATALOGUE_FILE, index=False)
+            # sorted by problem, as the catalogue reads it: a sorted file is read without sorting it again
+            catalogue[cols].sort_values("problem_key", kind="stable").to_parquet(tmp / CATALOGUE_FILE, index=False)
             for name, content in (extra_files or {}).items():
                 data = content.encode("utf-8") if isinstance(content, str) else content
                 (tmp / name).write_bytes(data)

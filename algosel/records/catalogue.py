@@ -44,7 +44,10 @@ class Catalogue:
 
     def __init__(self, frame: pd.DataFrame, environment: Mapping[str, Any] | None = None):
         self.environment = dict(environment or {})
-        cat = frame.sort_values("problem_key", kind="stable").reset_index(drop=True)
+        # a model's catalogue is written sorted (learn.artifact): sorting it again, a take of every column, was a
+        # third of its load
+        keys_in_order = frame["problem_key"].is_monotonic_increasing
+        cat = (frame if keys_in_order else frame.sort_values("problem_key", kind="stable")).reset_index(drop=True)
         cat["notes"] = cat["notes"].fillna("")
         cat["knobs"] = cat["knobs"].fillna("")
         self.frame = cat
