@@ -120,6 +120,35 @@ def test_verify_mode_times_the_live_lists_top_near_the_records_or_far(shipped):
         assert offline.verifier.measurer().asked == [[DEFAULT_ID, *nearest]]
 
 
+def test_an_untimed_switch_to_a_cudnn_config_is_to_one_cudnns_own_list_holds(shipped):
+    """The nearest recorded problem's configs may not build for a new problem: where cuDNN's list of the problem can
+    be queried (a GPU), the rule's untimed switch goes to the best of that list; beside the step (no CUDA call there)
+    the decision is left to the step's thread, which queries it."""
+    from algosel.runtime.decision import Reason
+
+    listed = [c for c in shipped.choose(PROBLEM, top_k=200) if c.candidate_id.startswith("cudnn:")][-3:]
+
+    def executor():
+        selector = Preferring(shipped, "cudnn", 0.1, recorded=False)
+        source = LiveList(selector, lambda p, k, modes=None: listed[:k])
+        return hook_executor(selector=selector, candidates=source, cache=False,
+                             device_probe=FakeDevice(can_time=False)), source  # fmt: skip
+
+    cpu_ex, cpu_source = executor()
+    offline = cpu_ex.decide(PROBLEM, torch.device("cpu"))  # no live list for the CPU's calls: the nearest list's
+    assert offline.source == "predicted" and offline.candidate_id not in {c.candidate_id for c in listed}
+    assert not cpu_source.asked
+    gpu_ex, gpu_source = executor()
+    decision = gpu_ex.decide(PROBLEM, torch.device("cuda"))  # a device object: nothing runs on a GPU here
+    assert (decision.source, decision.candidate_id) == ("predicted", listed[0].candidate_id)
+    assert gpu_source.asked == [(PROBLEM, 4, ("a", "fallback"))]
+    aside_ex, aside_source = executor()
+    aside_ex.decider.prepare(PROBLEM, torch.device("cuda"))  # as the worker beside the step does
+    assert aside_ex.decider.kept(PROBLEM).reason == Reason.TIME_ON_STEP and not aside_source.asked
+    assert aside_ex.decider.take(PROBLEM, torch.device("cuda")).candidate_id == listed[0].candidate_id
+    assert len(aside_source.asked) == 1
+
+
 def test_without_a_time_model_the_rule_queries_no_live_list(shipped):
     selector = WithoutTimeModel(shipped)
     source = LiveList(selector, lambda p, k, modes=None: pytest.fail("queried cuDNN's live list"))

@@ -14,6 +14,7 @@ one of them times it, the others wait for its decision and run the same.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Callable
@@ -203,13 +204,28 @@ class Decider:
         policy = self.policy
         costs = Costs(policy.plan_build_ms, policy.timing_overhead_ms, policy.timer.max_repeats + 1,
                       self.overhead_us(problem, ids[0]) + host_extra_us(host_us, ids[0]))  # fmt: skip
-        action = rule_decide(times, ids, self.errors(problem), recurrence.expected_calls(problem), costs,
-                             policy.rule_max_timed, can_time, min_win_share=UNTIMED_WIN_SHARE)  # fmt: skip
+        decide = functools.partial(rule_decide, errors=self.errors(problem), expected_calls=recurrence.expected_calls(
+            problem), costs=costs, max_k=policy.rule_max_timed, min_win_share=UNTIMED_WIN_SHARE)  # fmt: skip
+        action = decide(times, ids, can_time=can_time)
+        if action.kind == SWITCH and self._needs_live_list(problem, device, action.candidates[0]):
+            # an untimed switch to a cuDNN config is one cuDNN lists for the problem (the nearest recorded problem's
+            # may not build for it); its live list is queried on the step's thread (a CUDA call)
+            if getattr(self._beside, "on", False):
+                return Decision(problem.key, DEFAULT_ID, "model", Reason.TIME_ON_STEP, times)
+            live = self.candidates.ranked(problem, True, policy.rule_max_timed + 1, LIVE_MODES)
+            ids = [c.candidate_id for c in live.choices if c.candidate_id != DEFAULT_ID]
+            times = self.verifier.predicted(problem, [*ids, DEFAULT_ID], live)
+            action = decide(times, ids, can_time=False)
         if action.kind == PASS:
             return Decision(problem.key, DEFAULT_ID, "model", action.reason, times, host_us)
         if action.kind == SWITCH:
             return Decision(problem.key, action.candidates[0], "predicted", action.reason, times, host_us)
         return self._timed(problem, device, list(action.candidates), verdict, times)
+
+    def _needs_live_list(self, problem: ConvProblem, device: torch.device, candidate_id: str) -> bool:
+        """Whether ``candidate_id`` is a cuDNN config taken from the nearest recorded problem's list where cuDNN's own
+        list of ``problem`` can be queried instead."""
+        return candidate_id.startswith("cudnn:") and device.type == "cuda" and self.candidates.live_available()
 
     def _verified(self, problem: ConvProblem, device: torch.device, verdict: Decision | None) -> Decision:
         """Verify mode's decision: its top ``verify`` timed (the layer's switch alone where a near size found one),
