@@ -97,6 +97,8 @@ class Row:
     #: For status 0: a warning line stderr must hold (else stderr must be empty of lines but warnings).
     warns: str = ""
     cwd: Path = REPO
+    #: Environment variables the command runs with besides this process's (rows run by ``cli_rows.run_rows``).
+    env: dict[str, str] = field(default_factory=dict)
     # filled in when run
     before: dict[str, str] = field(default_factory=dict)
     result: subprocess.CompletedProcess | None = None

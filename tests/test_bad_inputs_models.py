@@ -17,14 +17,12 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from cli_rows import check_command_row, run_rows
 from conftest import REPO
-from support import LEGACY, edit_line
+from support import LEGACY, Row, edit_line
 
 from algosel.candidates import DEFAULT_ID
 from algosel.learn.artifact import MANIFEST_FILE, MODEL_FILE, SelectorError, read_manifest
@@ -63,22 +61,6 @@ def _rerecord(model: Path, name: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------- command lines
-@dataclass
-class Row:
-    """One command line: what it runs, and what it must and must not do."""
-
-    argv: list[str]
-    status: int = 2
-    #: Fragments the one-line error (status 2) or stdout (status 0) must hold.
-    says: tuple[str, ...] = ()
-    #: Files and folders the command must leave as they were.
-    unchanged: tuple[Path, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    before: dict[str, str] = field(default_factory=dict)
-    result: subprocess.CompletedProcess | None = None
-    seconds: float = 0.0
-
-
 def _cache_root(root: Path) -> Path:
     """A cache root holding: a folder of the runtime cache (decisions, a plan, a claim, a set-aside file); one with a
     user's notes beside its decisions; one whose header names another environment than its folder's name; a link to
