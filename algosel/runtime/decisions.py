@@ -14,7 +14,6 @@ one of them times it, the others wait for its decision and run the same.
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 from collections.abc import Callable
@@ -38,7 +37,7 @@ from algosel.runtime.policy import (
 )
 from algosel.runtime.recurrence import Recurrence
 from algosel.runtime.routes import one_matrix_product
-from algosel.runtime.rule import PASS, SWITCH, UNTIMED_WIN_SHARE, Costs
+from algosel.runtime.rule import PASS, SWITCH, UNTIMED_WIN_SHARE, Action, Costs
 from algosel.runtime.rule import decide as rule_decide
 from algosel.runtime.verify import Verifier
 
@@ -199,28 +198,34 @@ class Decider:
         if not ids:
             return Decision(problem.key, DEFAULT_ID, "model", Reason.PREDICTED_BEST)
         times = self.verifier.predicted(problem, [*ids, DEFAULT_ID])
-        # the route's host cost, and the host time the records say the first candidate takes over PyTorch's default
-        host_us = self.recorded_host_us(problem, [ids[0], DEFAULT_ID])
-        policy = self.policy
-        costs = Costs(policy.plan_build_ms, policy.timing_overhead_ms, policy.timer.max_repeats + 1,
-                      self.overhead_us(problem, ids[0]) + host_extra_us(host_us, ids[0]))  # fmt: skip
-        decide = functools.partial(rule_decide, errors=self.errors(problem), expected_calls=recurrence.expected_calls(
-            problem), costs=costs, max_k=policy.rule_max_timed, min_win_share=UNTIMED_WIN_SHARE)  # fmt: skip
-        action = decide(times, ids, can_time=can_time)
+        action, host_us = self._weigh(problem, ids, times, can_time)
         if action.kind == SWITCH and self._needs_live_list(problem, device, action.candidates[0]):
             # an untimed switch to a cuDNN config is one cuDNN lists for the problem (the nearest recorded problem's
             # may not build for it); its live list is queried on the step's thread (a CUDA call)
             if getattr(self._beside, "on", False):
                 return Decision(problem.key, DEFAULT_ID, "model", Reason.TIME_ON_STEP, times)
-            live = self.candidates.ranked(problem, True, policy.rule_max_timed + 1, LIVE_MODES)
+            live = self.candidates.ranked(problem, True, self.policy.rule_max_timed + 1, LIVE_MODES)
             ids = [c.candidate_id for c in live.choices if c.candidate_id != DEFAULT_ID]
             times = self.verifier.predicted(problem, [*ids, DEFAULT_ID], live)
-            action = decide(times, ids, can_time=False)
+            action, host_us = self._weigh(problem, ids, times, can_time=False)
         if action.kind == PASS:
             return Decision(problem.key, DEFAULT_ID, "model", action.reason, times, host_us)
         if action.kind == SWITCH:
             return Decision(problem.key, action.candidates[0], "predicted", action.reason, times, host_us)
         return self._timed(problem, device, list(action.candidates), verdict, times)
+
+    def _weigh(self, problem: ConvProblem, ids: list[str], times: dict[str, float],
+               can_time: bool) -> tuple[Action, dict[str, float]]:  # fmt: skip
+        """The rule's action over the ranked ``ids`` and their predicted ``times``, with the records' host times of
+        the first of them and PyTorch's default: its route's host cost and the host time the records say it takes
+        over the default are what a switch to it costs a call."""
+        host_us = self.recorded_host_us(problem, [*ids[:1], DEFAULT_ID])
+        policy = self.policy
+        route_host_us = self.overhead_us(problem, ids[0]) + host_extra_us(host_us, ids[0]) if ids else 0.0
+        costs = Costs(policy.plan_build_ms, policy.timing_overhead_ms, policy.timer.max_repeats + 1, route_host_us)
+        action = rule_decide(times, ids, self.errors(problem), self.recurrence.expected_calls(problem), costs,
+                             policy.rule_max_timed, can_time, min_win_share=UNTIMED_WIN_SHARE)  # fmt: skip
+        return action, host_us
 
     def _needs_live_list(self, problem: ConvProblem, device: torch.device, candidate_id: str) -> bool:
         """Whether ``candidate_id`` is a cuDNN config taken from the nearest recorded problem's list where cuDNN's own
