@@ -121,13 +121,21 @@ def slice_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def shipped():
     """The shipped model for this machine (``default_model_dir``), loaded once per test process (seconds each
-    time): the runtime's tests that need a real model's candidate lists and records, which none of them changes.
-    A module may define its own (tests/test_gpu_runtime.py, test_gpu_compiled_path.py, test_gpu_networks.py:
-    ``load_default``, on the GPU)."""
+    time): the runtime's tests that need a real model's candidate lists and records, which none of them changes,
+    the GPU tests' included."""
     from algosel.learn.models import default_model_dir
     from algosel.learn.selector import Selector
 
     return Selector.load(default_model_dir())
+
+
+@pytest.fixture(scope="module")
+def ext():
+    """The compiled path's module, for the GPU tests (:func:`support.compiled_path`: skips or fails where it is not
+    built)."""
+    from support import compiled_path
+
+    return compiled_path()
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from support import AT_ONCE, close, compiled_path, cudnn_model, directions, prefer
+from support import AT_ONCE, close, cudnn_model, directions, prefer
 
 from algosel.runtime.standins import Preferring
 
@@ -19,18 +19,6 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
-
-
-@pytest.fixture(scope="module")
-def shipped():
-    from algosel.learn.models import load_default
-
-    return load_default()
-
-
-@pytest.fixture(scope="module")
-def ext():
-    return compiled_path()
 
 
 def _step(model, x):

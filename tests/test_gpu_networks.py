@@ -17,13 +17,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def shipped():
-    from algosel.learn.models import load_default
-
-    return load_default()
-
-
 def test_cuda_graph_replay_gives_the_eager_results(shipped, tmp_path):
     from algosel.runtime import hook
 

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from support import AT_ONCE, close, compiled_path, cudnn_model, prefer
+from support import AT_ONCE, close, cudnn_model, prefer
 
 from algosel.candidates import DEFAULT_ID
 from algosel.operands import relative_error
@@ -25,18 +25,6 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
-
-
-@pytest.fixture(scope="module")
-def shipped():
-    from algosel.learn.models import load_default
-
-    return load_default()
-
-
-@pytest.fixture(scope="module")
-def ext():
-    return compiled_path()
 
 
 def test_verify_mode_measures_once_and_a_new_process_reuses_the_measurements(tmp_path):
