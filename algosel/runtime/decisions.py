@@ -78,6 +78,11 @@ class Decider:
     def verify(self) -> int:
         return self.verifier.k
 
+    @property
+    def may_time(self) -> bool:
+        """Whether this executor times candidates at all: verify mode, or the rule unless ``verify=False``."""
+        return bool(self.rule_times or self.verify)
+
     def take(self, problem: ConvProblem, device: torch.device) -> Decision:
         """``problem``'s decision: the one :meth:`before_timing` or :meth:`prepare` made, else :meth:`decide`'s (also
         where the one prepared beside the step leaves timing to this thread)."""
@@ -150,8 +155,7 @@ class Decider:
         return decision
 
     def _would_measure(self, problem: ConvProblem, device: torch.device) -> bool:
-        timing = bool(self.rule_times or self.verify)
-        return timing and self._can_time(device) and not self.selector.is_recorded(problem)
+        return self.may_time and self._can_time(device) and not self.selector.is_recorded(problem)
 
     def _can_time(self, device: torch.device) -> bool:
         """Whether candidates can be timed on ``device``; beside the step, a GPU is taken to allow it without asking
@@ -183,7 +187,7 @@ class Decider:
         recurrence = self.recurrence
         recurrence.met(problem)
         budget = self.tuning_budget_s
-        can_time = bool(self.rule_times or self.verify) and self._can_time(device)
+        can_time = self.may_time and self._can_time(device)
         can_time = can_time and (budget is None or self.verifier.planning_s < budget)
         verdict = recurrence.near_verdict(problem) if can_time else None
         if verdict is not None and verdict.candidate_id == DEFAULT_ID:
@@ -199,7 +203,8 @@ class Decider:
             return Decision(problem.key, DEFAULT_ID, "model", Reason.PREDICTED_BEST)
         times = self.verifier.predicted(problem, [*ids, DEFAULT_ID])
         action, host_us = self._weigh(problem, ids, times, can_time)
-        if action.kind == SWITCH and self._needs_live_list(problem, device, action.candidates[0]):
+        switch_to = action.candidates[0] if action.kind == SWITCH else ""
+        if switch_to.startswith("cudnn:") and device.type == "cuda" and self.candidates.live_available():
             # an untimed switch to a cuDNN config is one cuDNN lists for the problem (the nearest recorded problem's
             # may not build for it); its live list is queried on the step's thread (a CUDA call)
             if getattr(self._beside, "on", False):
@@ -226,11 +231,6 @@ class Decider:
         action = rule_decide(times, ids, self.errors(problem), self.recurrence.expected_calls(problem), costs,
                              policy.rule_max_timed, can_time, min_win_share=UNTIMED_WIN_SHARE)  # fmt: skip
         return action, host_us
-
-    def _needs_live_list(self, problem: ConvProblem, device: torch.device, candidate_id: str) -> bool:
-        """Whether ``candidate_id`` is a cuDNN config taken from the nearest recorded problem's list where cuDNN's own
-        list of ``problem`` can be queried instead."""
-        return candidate_id.startswith("cudnn:") and device.type == "cuda" and self.candidates.live_available()
 
     def _verified(self, problem: ConvProblem, device: torch.device, verdict: Decision | None) -> Decision:
         """Verify mode's decision: its top ``verify`` timed (the layer's switch alone where a near size found one),

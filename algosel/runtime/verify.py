@@ -78,10 +78,10 @@ class Verifier:
         return self.selector.predicted_time_ms(problem, ids)
 
     # ------------------------------------------------------------------------------------------- timing
-    def time_candidates(self, problem: ConvProblem, ids: list[str], device: torch.device,
-                        deadline_s: float | None = None) -> tuple[dict[str, float], dict[str, float]]:  # fmt: skip
+    def time_candidates(self, problem: ConvProblem, ids: list[str],
+                        device: torch.device) -> tuple[dict[str, float], dict[str, float]]:  # fmt: skip
         """Median device time (ms) and host time per call (us) of PyTorch's default and ``ids`` on ``problem``
-        (candidates that failed, or not started by ``deadline_s``, are left out)."""
+        (candidates that failed are left out)."""
         pairs = []
         for cid in [DEFAULT_ID, *ids]:
             space_name, name = split_candidate_id(cid)
@@ -93,7 +93,7 @@ class Verifier:
         def measure():
             no_autocast = torch.autocast("cuda", enabled=False) if on_gpu else contextlib.nullcontext()
             with planning(), torch.no_grad(), no_autocast:
-                return measurer.measure_candidates(problem, pairs, source="runtime", deadline_s=deadline_s)
+                return measurer.measure_candidates(problem, pairs, source="runtime")
 
         if problem.direction == "fwd" or not on_gpu:
             rows = measure()
