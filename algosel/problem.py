@@ -15,6 +15,7 @@ Conventions (cuDNN's): ``n`` batch, ``c`` input channels, ``k`` output channels,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -85,6 +86,8 @@ SHAPE_FIELDS: tuple[str, ...] = (
     "dilation_w",
     "groups",
 )
+#: The fields that must be at least 1 (the paddings may be 0).
+_POSITIVE_FIELDS = tuple(f for f in SHAPE_FIELDS if f not in ("pad_h", "pad_w"))
 _KEY_RE = re.compile(
     r"^n(?P<n>\d+)_c(?P<c>\d+)_k(?P<k>\d+)_h(?P<h>\d+)_w(?P<w>\d+)_r(?P<r>\d+)_s(?P<s>\d+)"
     r"_p(?P<pad_h>\d+)x(?P<pad_w>\d+)_u(?P<stride_h>\d+)x(?P<stride_w>\d+)"
@@ -142,13 +145,16 @@ class ConvProblem:
     direction: str = "fwd"
 
     def __post_init__(self) -> None:
+        # Runs for every problem a dataset, a catalogue or a layer table holds (hundreds of thousands): plain ints,
+        # the common case, skip the normalisation.
         for name in SHAPE_FIELDS:
             value = getattr(self, name)
-            # bool is an int subclass; numpy integers are accepted and normalised to int.
-            if isinstance(value, bool) or not hasattr(value, "__index__"):
-                raise ValueError(f"ConvProblem.{name} must be an integer, got {value!r}")
-            object.__setattr__(self, name, int(value.__index__()))
-        for name in ("n", "c", "k", "h", "w", "r", "s", "stride_h", "stride_w", "dilation_h", "dilation_w", "groups"):
+            if type(value) is not int:
+                # bool is an int subclass; numpy integers are accepted and normalised to int.
+                if isinstance(value, bool) or not hasattr(value, "__index__"):
+                    raise ValueError(f"ConvProblem.{name} must be an integer, got {value!r}")
+                object.__setattr__(self, name, int(value.__index__()))
+        for name in _POSITIVE_FIELDS:
             if getattr(self, name) <= 0:
                 raise ValueError(f"ConvProblem.{name} must be positive, got {getattr(self, name)}")
         for name in ("pad_h", "pad_w"):
@@ -308,12 +314,9 @@ class ConvProblem:
 
     @classmethod
     def from_key(cls, key: str) -> ConvProblem:
-        """Parse a :attr:`key` back into a problem."""
-        match = _KEY_RE.match(key)
-        if match is None:
-            raise ValueError(f"not a problem key: {key!r}")
-        fields: dict[str, Any] = match.groupdict()
-        return cls(**{f: (int(v) if f in SHAPE_FIELDS else v) for f, v in fields.items()})
+        """Parse a :attr:`key` back into a problem (the same key gives the same, immutable, object: datasets and
+        catalogues name each problem in many rows, and loading a model parses every key it holds)."""
+        return _parsed_key(cls, key)
 
     def replace(self, **changes: Any) -> ConvProblem:
         """A copy with some fields changed (validated again)."""
@@ -333,6 +336,15 @@ class ConvProblem:
         if missing:
             raise ValueError(f"problem fields missing: {', '.join(missing)}")
         return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _parsed_key(cls: type[ConvProblem], key: str) -> ConvProblem:
+    match = _KEY_RE.match(key)
+    if match is None:
+        raise ValueError(f"not a problem key: {key!r}")
+    fields: dict[str, Any] = match.groupdict()
+    return cls(**{f: (int(v) if f in SHAPE_FIELDS else v) for f, v in fields.items()})
 
 
 #: The field names of :class:`ConvProblem`, in order (the problem columns of a records file).

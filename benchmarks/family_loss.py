@@ -112,7 +112,7 @@ def main() -> None:
         print(f"wrote {args.plot}")
         return
 
-    from algosel.learn.evaluate import Prepared, held_out_table, mark_runs  # noqa: PLC0415
+    from algosel.learn.evaluate import held_out_table, mark_runs  # noqa: PLC0415
     from algosel.learn.selector import Selector  # noqa: PLC0415
     from algosel.measure.grid import family_of  # noqa: PLC0415
     from algosel.measure.steps import no_input_grad_shapes  # noqa: PLC0415
@@ -122,7 +122,7 @@ def main() -> None:
 
     frame, envs = load_records(*args.data)
     frame, _ = main_environment(frame, envs)
-    table = held_out_table(Selector.load(args.model, force=True), frame, Prepared.build(frame, envs))
+    table = held_out_table(Selector.load(args.model, force=True), frame, envs)
     mark_runs(table, no_input_grad_shapes([load_suites()]))
     never = int((~table["runs"]).sum())
     table = table[table["runs"]].dropna(subset=["model", "best"])

@@ -125,10 +125,15 @@ def add_gemm_else_a(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def held_out_table(sel: Selector, frame: pd.DataFrame, prep: Prepared) -> pd.DataFrame:
+def held_out_table(sel: Selector, frame: pd.DataFrame, envs: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     """:func:`selector_table` of the test shapes (:func:`is_test_shape`), with the model's picks scored by ``sel``
-    on its own shortlist: every selector on the same held-out problems."""
-    test = prep.rows(is_test_shape(prep.shape))
+    on its own shortlist: every selector on the same held-out problems. ``envs``: the records' environments by id.
+
+    Only the test shapes' records are featurised (a fifth of them: a problem's features depend on its own
+    candidate list alone)."""
+    keys = frame["problem_key"].unique()
+    held = dict(zip(keys, is_test_shape(ConvProblem.from_key(k).shape_key for k in keys)))
+    test = Prepared.build(frame[frame["problem_key"].map(held).to_numpy(dtype=bool)], envs)
     return selector_table(frame, pick_times(test.data, sel.ranker.score(test.X), sel.manifest.get("shortlist_rank")))
 
 

@@ -44,10 +44,14 @@ def network_totals(
     """
     selectors = tuple(selectors)
     rows = []
+    by_key: dict[int, dict[str, dict[str, float]]] = {}  # each table's rows by problem key (tables are often shared)
     for (network, size), layers in suites.groupby(["network", "size"], sort=False):
         if network not in tables:
             continue
-        table_times = tables[network]
+        table = tables[network]
+        if id(table) not in by_key:
+            by_key[id(table)] = table[["best", *selectors]].to_dict("index")
+        table_times = by_key[id(table)]
         for dtype in dtypes:
             totals = dict.fromkeys(("best", *selectors), 0.0)
             missing = calls = 0
@@ -57,12 +61,13 @@ def network_totals(
                 for q in p.directions():
                     if not call_runs(q.direction, needs_grad):
                         continue
-                    if q.key not in table_times.index:
+                    times = table_times.get(q.key)
+                    if times is None:
                         missing += 1
                         continue
                     calls += 1
                     for sel in totals:
-                        totals[sel] += float(table_times.at[q.key, sel])
+                        totals[sel] += float(times[sel])
             if not calls:  # a dtype the records hold elsewhere (the grid's bfloat16) but not for this network
                 continue
             rows.append(

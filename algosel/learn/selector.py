@@ -93,7 +93,7 @@ class Selector:
         self.target = dict(target or self.environment)
         self._saved_catalogue = catalogue  # what save() writes: a joint model's keeps every GPU's records
         if "env_id" in catalogue.columns:  # a joint model's: the records of the GPU ranked for, else the main GPU's
-            ids = set(catalogue["env_id"])
+            ids = set(catalogue["env_id"].unique())  # not set(column): iterating an Arrow column is slow
             mine = self.target.get("env_id") if self.target.get("env_id") in ids else self.environment.get("env_id")
             catalogue = catalogue[catalogue["env_id"] == mine].drop(columns="env_id").reset_index(drop=True)
         self.catalogue = Catalogue(catalogue, self.environment)

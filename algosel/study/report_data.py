@@ -105,7 +105,7 @@ def compare(
     GPU or cuDNN than the records' unless ``force`` (as ``algosel evaluate``), and :class:`ReportError` for bad
     ``selectors``.
     """
-    from algosel.learn.evaluate import Prepared, add_gemm_else_a, held_out_table
+    from algosel.learn.evaluate import add_gemm_else_a, held_out_table
     from algosel.learn.ranker import fingerprint
     from algosel.records.analysis import per_problem
 
@@ -119,7 +119,7 @@ def compare(
                 "these records differ from the model's training records: the held-out split is recomputed on "
                 "them, and shapes the model was trained on may be among the test shapes"
             )
-        table = held_out_table(sel, frame, Prepared.build(frame, envs))
+        table = held_out_table(sel, frame, envs)
     else:
         table = everything
 

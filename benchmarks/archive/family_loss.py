@@ -38,13 +38,13 @@ def main() -> None:
     parser.add_argument("--data", nargs="+", default=["data/sweeps/h200"])
     args = parser.parse_args()
 
-    from algosel.learn.evaluate import Prepared, held_out_table  # noqa: PLC0415
+    from algosel.learn.evaluate import held_out_table  # noqa: PLC0415
     from algosel.learn.selector import Selector  # noqa: PLC0415
     from algosel.records.store import load_records, main_environment  # noqa: PLC0415
 
     frame, envs = load_records(*args.data)
     frame, _ = main_environment(frame, envs)
-    table = held_out_table(Selector.load(args.model), frame, Prepared.build(frame, envs))
+    table = held_out_table(Selector.load(args.model), frame, envs)
     out = family_losses(table)
     print(f"{int(out['problems'].sum())} held-out grid problems of {', '.join(args.data)}; model {args.model}")
     print(out.to_string(float_format=lambda v: f"{v:.3f}"))
