@@ -51,12 +51,14 @@ def with_cache_records(
     without heuristic ranks, problems, problems dropped because the sweep measured them)."""
     weight = check_cache_weight(weight)
     envs = {k: dict(v) for k, v in envs.items()}
-    measured = set(zip(frame["problem_key"], frame["env_id"].map(lambda e: gpu_slug(envs[e]))))
+    pairs = frame[["problem_key", "env_id"]].drop_duplicates()
+    slug_of = {e: gpu_slug(env) for e, env in envs.items()}
+    measured = set(zip(pairs["problem_key"].tolist(), pairs["env_id"].map(slug_of).tolist()))
     kept, dropped = [], 0
     for cache in cache_frames:
         cache_envs = cache.attrs.get("environments", {})
-        slugs = cache["env_id"].map(lambda e, ce=cache_envs: gpu_slug(ce[e]))
-        seen = np.array([(k, s) in measured for k, s in zip(cache["problem_key"], slugs)], dtype=bool)
+        slugs = cache["env_id"].map({e: gpu_slug(env) for e, env in cache_envs.items()}).tolist()
+        seen = np.array([(k, s) in measured for k, s in zip(cache["problem_key"].tolist(), slugs)], dtype=bool)
         dropped += int(cache.loc[seen, "problem_key"].nunique())
         kept.append(cache[~seen])
         envs.update({k: dict(v) for k, v in cache_envs.items()})

@@ -299,7 +299,7 @@ def main_environment(frame: pd.DataFrame, envs: Mapping[str, Mapping[str, Any]])
     from algosel.records.environment import gpu_slug  # noqa: PLC0415
 
     slugs = {e: gpu_slug(envs[e]) for e in envs}
-    counts = Counter(frame["env_id"].map(slugs))
+    counts = Counter(frame["env_id"].map(slugs).tolist())  # a list: iterating an Arrow column is slow
     if not counts:
         raise RecordsError("no records to choose an environment from")
     slug = counts.most_common(1)[0][0]
@@ -321,7 +321,7 @@ def one_environment(
     """
     from algosel.records.environment import gpu_slug  # noqa: PLC0415
 
-    counts = Counter(frame["env_id"].map({e: gpu_slug(envs[e]) for e in envs}))
+    counts = Counter(frame["env_id"].map({e: gpu_slug(envs[e]) for e in envs}).tolist())
     if len(counts) > 1:
         held = ", ".join(f"{slug} ({n:,} records)" for slug, n in sorted(counts.items()))
         raise RecordsError(

@@ -72,7 +72,7 @@ def layers_evaluation(
     table = models_table(subset, Prepared.build(subset, envs), models)
     selectors = [s for s in LAYERS_SELECTORS if s in models or s not in ("model", "compare_model")]
     filled = with_pytorch_fallback(table, selectors)
-    recorded_shapes = set(subset["problem_key"].map(shape_of))
+    recorded_shapes = set(subset["problem_key"].map(shape_of).tolist())
     result: dict[str, Any] = {
         "model": model_dir,
         "compare_model": compare_model,

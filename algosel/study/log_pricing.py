@@ -91,7 +91,7 @@ def measure_unrecorded(calls: Sequence[Any], records: pd.DataFrame) -> pd.DataFr
 
     if not torch.cuda.is_available():
         raise ValueError("--measure needs a CUDA GPU (none is visible)")
-    known = set(records["problem_key"]) if len(records) else set()
+    known = set(records["problem_key"].unique()) if len(records) else set()
     env = collect_environment()
     rows = []
     for api, names in (("legacy", ["legacy"]), ("graph", ["gemm", "pytorch", "cudnn"])):

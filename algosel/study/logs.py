@@ -299,7 +299,8 @@ def _times(frame: pd.DataFrame) -> dict[str, dict[str, float]]:
 
     ok = ok_rows(frame)
     out: dict[str, dict[str, float]] = {}
-    for key, cid, t in ok[["problem_key", "candidate_id", "time_ms_median"]].itertuples(index=False, name=None):
+    columns = (ok[c].tolist() for c in ("problem_key", "candidate_id", "time_ms_median"))  # not Arrow's row iterator
+    for key, cid, t in zip(*columns):
         out.setdefault(key, {})[cid] = float(t)
     return out
 

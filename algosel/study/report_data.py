@@ -162,7 +162,7 @@ def _load(
             notes.append(f"scored on records of another environment (--force): {', '.join(other)}")
     if len(kept) < len(frame):
         notes.append(f"{len(frame) - len(kept):,} records of other environments left out")
-    if set(kept["space"]) == {"legacy"}:
+    if set(kept["space"].unique()) == {"legacy"}:
         notes.append(
             "these records are of cuDNN's legacy algorithms only: 'cuDNN heuristic mode A' is here the legacy "
             "API's cudnnGet*Algorithm_v7 ranking, and the other baselines do not apply"
