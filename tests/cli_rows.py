@@ -40,6 +40,7 @@ for name in spec["libraries"]:
     __import__(name)
 import gc
 gc.freeze()  # the libraries' objects, never garbage: no command's collections (nor its exit's) walk them again
+print("ready", flush=True)  # run_commands' on_ready: the libraries are in, the commands start now
 commands, todo, running, results = spec["commands"], list(range(len(spec["commands"]))), {}, {}
 while todo or running:
     while todo and len(running) < spec["jobs"]:
@@ -83,12 +84,16 @@ def _text(path: Path) -> str:
 
 
 def run_commands(
-    commands: Sequence[tuple[Sequence[str], Path, Mapping[str, str]]], jobs: int = 2, timeout: float = 300.0
+    commands: Sequence[tuple[Sequence[str], Path, Mapping[str, str]]],
+    jobs: int = 2,
+    timeout: float = 300.0,
+    on_ready: Callable[[], None] | None = None,
 ) -> list[tuple[subprocess.CompletedProcess, float]]:
     """Each ``(argv, cwd, env)`` as ``python -m algosel ARGV`` in ``cwd``, ``env`` added to this process's
     environment, ``jobs`` at a time: each in a process of its own, forked from one that imported :data:`LIBRARIES`
     once (where a process a command would start them itself). Returns each command's result (its exit status,
     negative for the signal that ended it, as :func:`subprocess.run` gives it; stdout, stderr) and its seconds.
+    ``on_ready()`` is called once the libraries are imported, just before the first command starts.
 
     Raises
     ------
@@ -100,11 +105,14 @@ def run_commands(
             {"argv": list(argv), "cwd": str(cwd), "env": dict(env), "stdout": str(folder / f"{i}.out"),
              "stderr": str(folder / f"{i}.err")} for i, (argv, cwd, env) in enumerate(commands)]}  # fmt: skip
         (folder / "spec.json").write_text(json.dumps(spec))
-        server = subprocess.run([sys.executable, "-c", _FORK_SERVER, str(folder / "spec.json"),
-                                 str(folder / "results.json")], capture_output=True, text=True, check=False,
-                                timeout=timeout * len(commands) + 120)  # fmt: skip
+        with subprocess.Popen([sys.executable, "-c", _FORK_SERVER, str(folder / "spec.json"),
+                               str(folder / "results.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) as server:  # fmt: skip
+            if server.stdout.readline().strip() == "ready" and on_ready is not None:
+                on_ready()
+            _, stderr = server.communicate(timeout=timeout * len(commands) + 120)
         if server.returncode != 0:
-            raise RuntimeError(f"the commands' fork server ended with {server.returncode}: {server.stderr[-3000:]}")
+            raise RuntimeError(f"the commands' fork server ended with {server.returncode}: {stderr[-3000:]}")
         results = json.loads((folder / "results.json").read_text())
         out = []
         for i, ((argv, _, _), result) in enumerate(zip(commands, results)):

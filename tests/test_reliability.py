@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from cli_rows import check_command_row
+from cli_rows import check_command_row, run_commands
 from conftest import REPO, SLICE
 from support import RECORDED, SHIPPED, Row, copy_model, hashes, run_in_process, run_in_subprocess, truncate
 
@@ -209,9 +209,10 @@ def test_evaluate_refuses_a_truncated_model_and_the_hook_runs_pytorchs_without_i
 def test_train_on_tiny_records_with_every_core_busy(inputs, tmp_path) -> None:
     """The hang: `algosel train` on tiny records with its default 2 LightGBM threads took 42-60 s and at times
     over 300 s (7 s on one thread) while other processes kept the cores busy, each thread spinning at OpenMP's
-    barriers for its partner. Here spinning processes keep every core busy while the command line trains, under a
-    timeout, with --force over a directory holding an old model and a report its manifest lists; the model says
-    it trained on one thread."""
+    barriers for its partner. Here spinning processes keep every core busy while the command line trains (in a
+    process forked from one that imported the libraries, the spinning started once they are in), under a timeout,
+    with --force over a directory holding an old model and a report its manifest lists; the model says it trained
+    on one thread."""
     root = tmp_path / "models"
     old = copy_model(inputs["slice-model"], root / "t")
     (old / "report.csv").write_text("an old report")
@@ -219,17 +220,19 @@ def test_train_on_tiny_records_with_every_core_busy(inputs, tmp_path) -> None:
     argv = ["train", str(inputs["tiny"]), "--models", str(root), "--name", "t", "--quick", "--folds", "2",
             "--no-progress", "--force"]  # fmt: skip
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    burners: list[subprocess.Popen] = []
+
+    def burn() -> None:
+        burners.extend(subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores))
+
     try:
-        # Before: 75 s and 174 s for two trainings here; now about 10 s on a busy 2-core machine.
-        res = subprocess.run(
-            [sys.executable, "-m", "algosel", *argv], cwd=REPO, capture_output=True, text=True, timeout=120,
-            check=False,
-        )  # fmt: skip
+        # Before: 75 s and 174 s for two trainings here; now about 5 s on a busy 2-core machine.
+        [(res, _)] = run_commands([(argv, REPO, {})], jobs=1, timeout=120, on_ready=burn)
     finally:
         for b in burners:
             b.kill()
             b.wait()
+    assert len(burners) == cores
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     assert res.stdout.count("wrote ") == 1
     model = root / "t"

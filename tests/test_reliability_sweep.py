@@ -1,7 +1,7 @@
 """A sweep process is killed with SIGKILL at random moments, stopped with SIGINT and SIGTERM, and restarted over
-damaged bookkeeping, losing and duplicating nothing (a real sweep process on CPU, ``tests/cpu_sweep.py``); a stop
-is not swallowed by a candidate space. (From tests/test_reliability.py, in a file of its own so that the two test
-processes run them beside its command lines.)"""
+damaged bookkeeping, losing and duplicating nothing (a real sweep process on CPU, ``tests/cpu_sweep.py``, each forked
+from one that imported it once: tests/forked.py); a stop is not swallowed by a candidate space. (From
+tests/test_reliability.py, in a file of its own so that the two test processes run them beside its command lines.)"""
 
 from __future__ import annotations
 
@@ -10,30 +10,32 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from conftest import REPO
+from forked import Forked, Forks
 
 from algosel.measure.sweep import read_inflight
 from algosel.problem import ConvProblem
 from algosel.records import read_part
 from algosel.records.store import part_paths
 
-CPU_SWEEP = Path(__file__).resolve().parent / "cpu_sweep.py"
+
+@pytest.fixture(scope="module")
+def sweeps():
+    """Starts CPU sweep processes (``tests/cpu_sweep.py OUT ARGS``), each forked from one that imported it."""
+    with Forks("cpu_sweep") as forks:
+        yield forks
 
 
 # -------------------------------------------------------------------------------------------------- sweep
-def _start_sweep(out: Path, *args: str, until: str = "sweeping") -> subprocess.Popen:
+def _start_sweep(sweeps: Forks, out: Path, *args: str, until: str = "sweeping") -> Forked:
     """A CPU sweep process, once it printed a line starting with ``until`` (``case``: a case has started)."""
-    proc = subprocess.Popen(
-        [sys.executable, str(CPU_SWEEP), str(out), *args],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = sweeps.start(str(out), *args, cwd=REPO)
     while not (line := proc.stdout.readline()).startswith(until):
-        assert line, proc.stderr.read()
+        assert line, proc.communicate(60)[1]
     return proc
 
 
@@ -64,9 +66,8 @@ def reference_rows(tmp_path_factory) -> dict[int, set[tuple[str, str]]]:
     return out
 
 
-def _sweep(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    res = subprocess.run([sys.executable, str(CPU_SWEEP), str(out), *args], cwd=REPO, capture_output=True, text=True,
-                         timeout=120, check=False)  # fmt: skip
+def _sweep(sweeps: Forks, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    res = sweeps.run(str(out), *args, cwd=REPO, timeout=120)
     assert "Traceback" not in res.stderr, res.stderr
     return res, json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -76,7 +77,7 @@ def _started(inflight, before: dict) -> bool:
     return any(n > before.get(key, 0) for key, n in read_inflight(inflight).items())
 
 
-def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path, reference_rows) -> None:
+def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path, reference_rows, sweeps) -> None:
     """SIGKILL a sweep process at random moments, four times, then resume. No process can tell a SIGKILL from
     outside from a crash, so a case in flight at two kills is skipped as one that ended the process twice (and
     named); resuming with --retry-crashed records it. Every row ends up recorded exactly once."""
@@ -89,7 +90,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path, referen
         # 64 cases of at least 50 ms; the kill lands in a random one of the first 12 this process starts, while it
         # sleeps (counted from its "case" line: a loaded machine can take longer to start the interpreter than a
         # window of wall time leaves)
-        proc = _start_sweep(out, "--cases", "64", "--case-s", "0.05")
+        proc = _start_sweep(sweeps, out, "--cases", "64", "--case-s", "0.05")
         for _case in range(rng.randint(1, 12)):
             if not proc.stdout.readline().startswith("case"):
                 break
@@ -99,7 +100,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path, referen
         in_case += _started(inflight, before)
     assert in_case >= 2, "most kills landed outside a case"
     counts = read_inflight(inflight)
-    res, report = _sweep(out, "--cases", "64")
+    res, report = _sweep(sweeps, out, "--cases", "64")
     rows = _raw_rows(out)
     assert res.returncode == 0, res.stderr
     assert len(rows) == len(set(rows)), "a row was recorded twice"
@@ -109,22 +110,21 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path, referen
     skipped = {r for r in reference_rows[64] if ConvProblem.from_key(r[0]).case_key in twice}
     assert set(rows) == reference_rows[64] - skipped, "a row was lost"
     if twice:  # resume once more, retrying them
-        res, report = _sweep(out, "--cases", "64", "--retry-crashed")
+        res, report = _sweep(sweeps, out, "--cases", "64", "--retry-crashed")
         assert res.returncode == 0 and report["measured"] == len(twice)
         rows = _raw_rows(out)
     assert len(rows) == len(set(rows)) and set(rows) == reference_rows[64]
     assert not list(out.glob("journal-*")) and not inflight.exists()
 
 
-def test_damaged_inflight_file_is_a_warning_and_rebuilt(tmp_path, reference_rows) -> None:
+def test_damaged_inflight_file_is_a_warning_and_rebuilt(tmp_path, reference_rows, sweeps) -> None:
     """Empty (killed while an older algosel rewrote it in place) and half-written: both sweeps run at once."""
     procs = {}
     for name, bookkeeping in (("empty", ""), ("half", '{"n1_c3_k4_h3_w3_r3_s3_p0x0_u1x1_d1x1_g1_float32_nch')):
         out = tmp_path / name
         out.mkdir()
         (out / "inflight-0of1.json").write_text(bookkeeping)
-        procs[out] = subprocess.Popen([sys.executable, str(CPU_SWEEP), str(out), "--cases", "6"], cwd=REPO,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        procs[out] = sweeps.start(str(out), "--cases", "6", cwd=REPO)
     for out, proc in procs.items():
         _, stderr = proc.communicate(timeout=120)
         inflight = out / "inflight-0of1.json"
@@ -134,12 +134,13 @@ def test_damaged_inflight_file_is_a_warning_and_rebuilt(tmp_path, reference_rows
         assert not inflight.exists(), "rebuilt, and removed once no case is in flight"
 
 
-def test_sigint_and_sigterm_stop_a_sweep_cleanly_and_do_not_count_as_crashes(tmp_path, reference_rows) -> None:
+def test_sigint_and_sigterm_stop_a_sweep_cleanly_and_do_not_count_as_crashes(tmp_path, reference_rows,
+                                                                               sweeps) -> None:
     """A long case interrupted twice was skipped for good: here it is interrupted by Ctrl-C, then by a scheduler's
     SIGTERM, and the third run measures it."""
     out = tmp_path / "sweep"
     for sig, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
-        proc = _start_sweep(out, "--cases", "6", "--slow-first", "30", until="case")
+        proc = _start_sweep(sweeps, out, "--cases", "6", "--slow-first", "30", until="case")
         time.sleep(0.2)  # inside the first case, which takes 30 s
         proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=60)
@@ -150,7 +151,7 @@ def test_sigint_and_sigterm_stop_a_sweep_cleanly_and_do_not_count_as_crashes(tmp
         assert not list(out.glob("journal-*")), "the journal is compacted"
         inflight = out / "inflight-0of1.json"
         assert not inflight.exists() or json.loads(inflight.read_text()) == {}, "the stop is not counted as a crash"
-    res, report = _sweep(out, "--cases", "6", "--slow-first", "0.5")
+    res, report = _sweep(sweeps, out, "--cases", "6", "--slow-first", "0.5")
     assert res.returncode == 0, res.stderr
     assert (report["measured"], report["skipped_crashed"]) == (6, 0)
     rows = _raw_rows(out)

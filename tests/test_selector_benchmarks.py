@@ -1,9 +1,9 @@
 """benchmarks/ranker_settings.py (the ranker's settings over seeds) on a third of the committed slice of the H200
 records, and benchmarks/pick_stability.py on made-up records.
 
-The script runs as a user runs it (a subprocess) for its scores and for the errors it finds before importing any
-library; the errors of ``--setting`` and ``--seeds`` (found after LightGBM's import, seconds of a process each) are
-checked on its ``main`` in this process."""
+The script runs as a user runs it (a subprocess) for the errors it finds before importing any library; its scores
+and the errors of ``--setting`` and ``--seeds`` (found after LightGBM's import, seconds of a process each) are
+checked on its ``main`` in this process, from the repository's root as its default paths expect."""
 
 from __future__ import annotations
 
@@ -23,16 +23,24 @@ def _refit_script_error(script: str, args: list[str]) -> subprocess.CompletedPro
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
 
 
-def test_ranker_settings_fits_a_ranker_per_direction_on_the_same_problems(tmp_path):
+def _ranker_settings():
+    """benchmarks/ranker_settings.py as a module."""
+    spec = importlib.util.spec_from_file_location("ranker_settings", REPO / "benchmarks" / "ranker_settings.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_ranker_settings_fits_a_ranker_per_direction_on_the_same_problems(tmp_path, monkeypatch, capsys):
     from algosel.learn.evaluate import is_test_shape
     from algosel.problem import ConvProblem
     from algosel.records import load_records
 
     out = tmp_path / "settings.json"
-    cmd = [sys.executable, str(REPO / "benchmarks" / "ranker_settings.py"), "--data", str(SLICE), "--folds", "2",
-           "--seeds", "0", "--threads", "1", "--split", "direction", "--out", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    assert res.returncode == 0, res.stderr[-2000:]
+    monkeypatch.chdir(REPO)
+    argv = ["--data", str(SLICE), "--folds", "2", "--seeds", "0", "--threads", "1", "--split", "direction", "--out",
+            str(out)]  # fmt: skip
+    assert _ranker_settings().main(argv) == 0, capsys.readouterr().err[-2000:]
     (row,) = json.loads(out.read_text())["rows"]
     assert json.loads(out.read_text())["split"] == "direction"
     keys = load_records(SLICE)[0]["problem_key"].unique()
@@ -55,18 +63,20 @@ def test_ranker_settings_says_in_one_line_which_records_folds_or_model_it_cannot
     assert res.returncode == 2 and res.stderr.strip() == f"ranker_settings.py: {message}", res.stderr
 
 
-def test_ranker_settings_scores_each_setting_and_seed_both_ways_on_the_same_problems(tmp_path):
+def test_ranker_settings_scores_each_setting_and_seed_both_ways_on_the_same_problems(tmp_path, monkeypatch, capsys):
     from algosel.learn.artifact import read_manifest
 
     out = tmp_path / "settings.json"
     data = slice_third(tmp_path / "data")  # 6 fits of the shipped model's settings: 7 s here, 14 s on all the slice
     joint = REPO / "models" / "joint-h100-h200-cudnn91900"
     leaves = read_manifest(joint)["params"]["num_leaves"]  # what --params-from sets
-    cmd = [sys.executable, str(REPO / "benchmarks" / "ranker_settings.py"), "--data", str(data), "--folds", "2",
-           "--seeds", "0,1", "--threads", "1", "--setting", 'small={"n_estimators": 3, "num_leaves": 3}',
-           "--setting", f'same={{"num_leaves": {leaves}}}', "--out", str(out)]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    assert res.returncode == 0, res.stderr[-2000:]
+    argv = ["--data", str(data), "--folds", "2", "--seeds", "0,1", "--threads", "1", "--setting",
+            'small={"n_estimators": 3, "num_leaves": 3}', "--setting", f'same={{"num_leaves": {leaves}}}', "--out",
+            str(out)]  # fmt: skip
+    monkeypatch.chdir(REPO)
+    status = _ranker_settings().main(argv)
+    printed = capsys.readouterr()
+    assert status == 0, printed.err[-2000:]
     rows = json.loads(out.read_text())["rows"]
     assert [(r["setting"], r["seed"]) for r in rows] == [
         (s, seed) for s in ("base", "small", "same") for seed in (0, 1)
@@ -80,7 +90,7 @@ def test_ranker_settings_scores_each_setting_and_seed_both_ways_on_the_same_prob
     # a setting is applied on top of --params-from's: one that sets what it already has scores the same, seed for
     # seed (training is deterministic), and one that changes the trees scores otherwise
     assert scores[4:6] == scores[0:2] and scores[2:4] != scores[0:2]
-    means = [line for line in res.stdout.splitlines() if " mean |" in line]
+    means = [line for line in printed.out.splitlines() if " mean |" in line]
     assert [m.split()[0] for m in means] == ["base", "small", "same"]
 
 
@@ -97,10 +107,7 @@ def test_ranker_settings_scores_each_setting_and_seed_both_ways_on_the_same_prob
     ],
 )
 def test_ranker_settings_says_in_one_line_what_it_cannot_use(args, message, capsys):
-    spec = importlib.util.spec_from_file_location("ranker_settings", REPO / "benchmarks" / "ranker_settings.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    assert script.main(args) == 2
+    assert _ranker_settings().main(args) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.strip().splitlines()) == 1, captured.err
     assert captured.err.strip().startswith(message), captured.err
