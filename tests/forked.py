@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -43,6 +44,7 @@ for line in sys.stdin:
         os.dup2(out, 1)
         os.close(err), os.close(out)
         os.chdir(request["cwd"])
+        os.environ.update(request["env"])
         sys.argv = [module.__file__, *request["argv"]]
         sys.exit(module.main())
     print(json.dumps({"pid": pid}), flush=True)
@@ -112,17 +114,21 @@ class Forks:
             raise RuntimeError(f"the forking process ended (status {self._server.wait(60)})")
         return json.loads(line)
 
-    def start(self, *argv: str, cwd: Path) -> Forked:
-        """A new process running the module's ``main()`` with ``argv`` in ``cwd``."""
+    def start(self, *argv: str, cwd: Path, env: Mapping[str, str] | None = None) -> Forked:
+        """A new process running the module's ``main()`` with ``argv`` in ``cwd``, ``env`` added to its
+        environment."""
         self._count += 1
         stdout, stderr = self._folder / f"{self._count}.out", self._folder / f"{self._count}.err"
         os.mkfifo(stdout)
-        pid = self.request({"argv": list(argv), "cwd": str(cwd), "stdout": str(stdout), "stderr": str(stderr)})["pid"]
-        return Forked(self, pid, stdout, stderr)
+        request = {"argv": list(argv), "cwd": str(cwd), "env": dict(env or {}), "stdout": str(stdout),
+                   "stderr": str(stderr)}  # fmt: skip
+        return Forked(self, self.request(request)["pid"], stdout, stderr)
 
-    def run(self, *argv: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    def run(
+        self, *argv: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
         """:meth:`start`, then its whole output, as :func:`subprocess.run` gives it."""
-        proc = self.start(*argv, cwd=cwd)
+        proc = self.start(*argv, cwd=cwd, env=env)
         stdout, stderr = proc.communicate(timeout)
         return subprocess.CompletedProcess(list(argv), proc.returncode, stdout, stderr)
 

@@ -72,9 +72,15 @@ def _rank(rank: int, world: int, port: int, folder: str, delay_s: float, model_d
 
 
 def test_the_ranks_of_a_job_time_each_problem_once_and_run_the_same_decisions(tmp_path, slice_model):
+    """The ranks are processes of their own, as torchrun's are: forked from a server that imported torch and the
+    hook once (a fresh interpreter each, as spawn makes them, imports them again: seconds of CPU each)."""
+    import multiprocessing
+
     import torch.multiprocessing as mp
 
-    mp.spawn(_rank, args=(2, _free_port(), str(tmp_path), 0.3, str(slice_model[0])), nprocs=2, join=True)
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", "algosel.runtime.hook", __name__])
+    mp.start_processes(_rank, args=(2, _free_port(), str(tmp_path), 0.3, str(slice_model[0])), nprocs=2, join=True,
+                       start_method="forkserver")  # fmt: skip
     timed = [json.loads(line) for line in (tmp_path / "timed.jsonl").read_text().splitlines()]
     problems = [t["problem"] for t in timed]
     assert problems and len(problems) == len(set(problems)), timed  # once per job, not once per rank

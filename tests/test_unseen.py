@@ -5,13 +5,11 @@ the result."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from forked import Forks
 
 from algosel.cli import main
 from algosel.measure.cases import build_cases
@@ -108,37 +106,20 @@ def test_a_corrupt_file_is_never_overwritten_and_the_counts_are_kept(tmp_path: P
     assert _calls(path) == {P.shape_key: 2}
 
 
-_WORKER = textwrap.dedent(
-    """
-    import sys, time
-    from pathlib import Path
-    from algosel.problem import ConvProblem
-    from algosel.runtime.unseen import UnseenRecorder
-
-    path, start, tag = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-    rec = UnseenRecorder(path, flush_at_exit=False)
-    while not start.exists():  # both processes begin together, so that their flushes overlap
-        time.sleep(0.001)
-    for i in range(40):
-        rec.add(ConvProblem(n=1, c=3, k=1 + i % 5, h=8, w=8, r=3, s=3))  # shared shapes
-        rec.add(ConvProblem(n=1, c=3, k=100 + tag, h=8, w=8, r=3, s=3), calls=2)  # this process's own
-        rec.flush()
-    """
-)
+@pytest.fixture(scope="module")
+def workers():
+    """Processes of tests/unseen_worker.py, each forked from one that imported it (tests/forked.py)."""
+    with Forks("unseen_worker") as forks:
+        yield forks
 
 
-def test_two_processes_flushing_at_once_lose_no_count(tmp_path: Path) -> None:
+def test_two_processes_flushing_at_once_lose_no_count(tmp_path: Path, workers: Forks) -> None:
     path, start = tmp_path / "unseen.csv", tmp_path / "start"
-    script = tmp_path / "worker.py"
-    script.write_text(_WORKER)
-    procs = [
-        subprocess.Popen([sys.executable, str(script), str(path), str(start), str(tag)], stderr=subprocess.PIPE)
-        for tag in (1, 2)
-    ]
+    procs = [workers.start("flush", str(path), str(start), str(tag), cwd=tmp_path) for tag in (1, 2)]
     start.touch()
     for proc in procs:
         _, err = proc.communicate(timeout=240)
-        assert proc.returncode == 0, err.decode()
+        assert proc.returncode == 0, err
     calls = _calls(path)
     shared = {ConvProblem(n=1, c=3, k=k, h=8, w=8, r=3, s=3).shape_key: 2 * 8 for k in range(1, 6)}
     own = {ConvProblem(n=1, c=3, k=100 + t, h=8, w=8, r=3, s=3).shape_key: 2 * 40 for t in (1, 2)}
@@ -149,31 +130,17 @@ def test_two_processes_flushing_at_once_lose_no_count(tmp_path: Path) -> None:
     assert len(cases) == 14 and {c.source for c in cases} == {"layers:unseen"}
 
 
-def test_the_counts_reach_the_file_when_the_process_exits(tmp_path: Path) -> None:
+def test_the_counts_reach_the_file_when_the_process_exits(tmp_path: Path, workers: Forks) -> None:
     path = tmp_path / "unseen.csv"
-    code = (
-        "from algosel.problem import ConvProblem\n"
-        "from algosel.runtime.unseen import recorder_from_env\n"
-        "rec = recorder_from_env()\n"
-        "rec.add(ConvProblem(n=4, c=16, k=32, h=14, w=14, r=1, s=1), calls=9)\n"
-    )
-    env = dict(os.environ, **{ENV_VAR: str(path)})
-    got = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    got = workers.run("at-exit", cwd=tmp_path, env={ENV_VAR: str(path)})
     assert got.returncode == 0, got.stderr
     assert _calls(path) == {ConvProblem(n=4, c=16, k=32, h=14, w=14, r=1, s=1).shape_key: 9}
 
 
-def test_a_failed_flush_at_exit_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+def test_a_failed_flush_at_exit_is_one_line_not_a_traceback(tmp_path: Path, workers: Forks) -> None:
     path = tmp_path / "unseen.csv"
     path.write_text("garbage\n1\n")
-    code = (
-        "from algosel.problem import ConvProblem\n"
-        "from algosel.runtime.unseen import UnseenRecorder\n"
-        f"UnseenRecorder({str(path)!r}).add(ConvProblem(n=1, c=1, k=1, h=1, w=1, r=1, s=1))\n"
-    )
-    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    got = workers.run("at-exit-into", str(path), cwd=tmp_path)
     assert got.returncode == 0
     lines = got.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"algosel: could not record 1 unseen problem shape(s) in {path}")

@@ -236,9 +236,11 @@ def load_records(*locations: str | Path) -> tuple[pd.DataFrame, dict[str, dict[s
     if not frames:
         raise RecordsError(f"no records under {', '.join(str(p) for p in locations)}")
     frame = pd.concat(frames, ignore_index=True)
-    frame = frame.sort_values("measured_at", kind="stable")
-    frame = frame.drop_duplicates(["problem_key", "candidate_id", "env_id"], keep="last")
-    return frame.reset_index(drop=True), envs
+    # Oldest first, the newest of a row measured twice kept: one take of every column (sorting the frame and then
+    # dropping its duplicates took each column twice, a second of a large dataset).
+    order = frame["measured_at"].argsort(kind="stable").to_numpy()
+    newest = ~frame[["problem_key", "candidate_id", "env_id"]].take(order).duplicated(keep="last").to_numpy()
+    return frame.take(order[newest]).reset_index(drop=True), envs
 
 
 class Journal:

@@ -26,11 +26,14 @@ import abc
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
-
-from algosel.operands import Operands
 from algosel.problem import ConvProblem
+
+if TYPE_CHECKING:  # annotations only: a space's codec and features, which records and selectors use, need no torch
+    import torch
+
+    from algosel.operands import Operands
 
 #: Record statuses. Everything but ``ok`` is a failure kept as a row, with its reason.
 STATUSES: tuple[str, ...] = (
