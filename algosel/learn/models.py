@@ -122,20 +122,22 @@ def check_records_environment(
     return other
 
 
-def check_space(sel: Selector, model_dir: str | Path, want: str, what: str) -> None:
-    """Refuse a model of another space than ``want`` (``"cudnn"``: engine configs, GEMM lowering, PyTorch's default;
-    ``"legacy"``: the legacy API's algorithms) for ``what`` (the records it is scored on, an option's calls): its
-    picks would be priced among candidates it never ranks, and the numbers would mean nothing.
+def check_space(sel: Selector | Mapping[str, Any], model_dir: str | Path, want: str, what: str) -> None:
+    """Refuse a model (a loaded selector, or its manifest alone: the check then costs no load) of another space
+    than ``want`` (``"cudnn"``: engine configs, GEMM lowering, PyTorch's default; ``"legacy"``: the legacy API's
+    algorithms) for ``what`` (the records it is scored on, an option's calls): its picks would be priced among
+    candidates it never ranks, and the numbers would mean nothing.
 
     Raises
     ------
     SelectorError
         ``<model_dir> selects <space> candidates (<its spaces>); <what> are <want> ones``.
     """
-    if sel.space != want:
+    spaces = sel.spaces if isinstance(sel, Selector) else tuple(sel.get("spaces", SPACES_DEFAULT))
+    if space_of(spaces) != want:
         raise SelectorError(
-            f"{model_dir} selects {sel.space} candidates ({', '.join(sel.spaces)}); {what} are {want} ones: give a "
-            f"{want} model"
+            f"{model_dir} selects {space_of(spaces)} candidates ({', '.join(spaces)}); {what} are {want} ones: give "
+            f"a {want} model"
         )
 
 

@@ -53,7 +53,9 @@ def _fastest(ok: pd.DataFrame) -> pd.DataFrame:
     ]
 
 
-_PER_PROBLEM_COLUMNS = ("problem_key", "direction", "dtype", "layout", "source", "candidate_id", "space", "time_ms_median")
+_PER_PROBLEM_COLUMNS = (
+    "problem_key", "direction", "dtype", "layout", "source", "candidate_id", "space", "time_ms_median"
+)  # fmt: skip
 
 
 def per_problem(frame: pd.DataFrame, extra: Mapping[str, pd.Series] | None = None) -> pd.DataFrame:

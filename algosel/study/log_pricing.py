@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from algosel.learn.artifact import SelectorError
+from algosel.learn.artifact import SelectorError, read_manifest
 from algosel.learn.models import check_records_environment, check_space, default_model_dir
 from algosel.learn.selector import Selector
 from algosel.records import load_records
@@ -38,6 +38,13 @@ def load_pricing(models: dict[str, str | None], data: Sequence[str] | None, forc
     :class:`~algosel.learn.artifact.SelectorError`; a default one is left out, with a warning (its column stays
     empty)."""
     pricing = Pricing()
+    # The models named, their manifests alone, and the records, before any model loads (a second each): a model
+    # that is missing or of the other API, or records of several GPUs, are refused at once.
+    for api, space, option in APIS:
+        if models.get(api):
+            check_space(read_manifest(models[api]), models[api], space, f"{option}'s calls ({api} API)")
+    records, envs = load_records(*data) if data is not None else (None, {})
+    records_env = one_environment(records, envs, "a log's pricing")[1] if records is not None and len(records) else None
     for api, space, option in APIS:
         try:
             pricing.dirs[api] = models.get(api) or default_model_dir(space=space)
@@ -52,9 +59,9 @@ def load_pricing(models: dict[str, str | None], data: Sequence[str] | None, forc
         frames = [sel.catalogue.frame for sel in pricing.selectors.values()]
         pricing.records = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         return pricing
-    pricing.records, envs = load_records(*data)
-    if len(pricing.records):  # picks priced on another GPU's records mean nothing: refused as `evaluate` does
-        _check_environment(pricing, models, one_environment(pricing.records, envs, "a log's pricing")[1], force)
+    pricing.records = records
+    if records_env is not None:  # picks priced on another GPU's records mean nothing: refused as `evaluate` does
+        _check_environment(pricing, models, records_env, force)
     return pricing
 
 
