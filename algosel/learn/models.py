@@ -100,23 +100,26 @@ def load_default(models_root: str | Path | None = None, force: bool = False, spa
 
 
 def check_records_environment(
-    sel: Selector, model_dir: str | Path, records_env: Mapping[str, Any], force: bool = False
+    sel: Selector | Mapping[str, Any], model_dir: str | Path, records_env: Mapping[str, Any], force: bool = False
 ) -> list[str]:
-    """How the records' environment differs from the one ``sel`` was trained for (:func:`mismatches`): a model
-    judged or priced on records of another GPU or cuDNN means nothing, so a difference is refused unless ``force``
-    (then returned, for the caller to note). The refusal is ``algosel evaluate``'s, word for word.
+    """How the records' environment differs from the one ``sel`` (a loaded selector, or its manifest alone) was
+    trained for (:func:`mismatches`): a model judged or priced on records of another GPU or cuDNN means nothing, so
+    a difference is refused unless ``force`` (then returned, for the caller to note). The refusal is ``algosel
+    evaluate``'s, word for word.
 
     Raises
     ------
     SelectorError
         ``<model_dir> was trained for <GPU> (cuDNN <v>) but the records are of ...; pass --force ...``.
     """
-    if coverage(model_environments(sel.manifest), records_env)[0] == "exact":
+    manifest = sel.manifest if isinstance(sel, Selector) else sel
+    if coverage(model_environments(manifest), records_env)[0] == "exact":
         return []  # records of a GPU the model (joint or not) was trained on
-    other = mismatches(sel.environment, records_env)
+    environment = manifest["environment"]
+    other = mismatches(environment, records_env)
     if other and not force:
         raise SelectorError(
-            f"{model_dir} was trained for {sel.environment.get('gpu_name')} (cuDNN {sel.environment.get('cudnn')}) "
+            f"{model_dir} was trained for {environment.get('gpu_name')} (cuDNN {environment.get('cudnn')}) "
             f"but the records are of {', '.join(other)}; pass --force to score it on them anyway"
         )
     return other

@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from algosel.learn.artifact import read_manifest
 from algosel.learn.evaluate import (
     SELECTORS,
     TEST_FRACTION,
@@ -125,14 +126,17 @@ def _model_and_records(
     model_dir: str, data: list[str], force: bool
 ) -> tuple[Selector, pd.DataFrame, dict[str, dict[str, Any]], list[str]]:
     """The model, the records of their main environment, the environments, and the report's first lines."""
-    # force: the visible GPU (if any) does not matter here; the records' environment is compared below.
-    sel = Selector.load(model_dir, force=True)
+    # The model's manifest first (a missing or damaged model directory is refused before the records load), then
+    # what the records and the manifest say of each other, then the model itself (seconds for a large one).
+    manifest = read_manifest(model_dir)
     frame, envs = load_records(*data)
     frame, records_env = one_environment(frame, envs, "an evaluation", " (a joint model: one evaluation per GPU)")
     spaces = ", ".join(sorted(frame["space"].unique()))
-    check_space(sel, model_dir, records_space(frame), f"the records ({', '.join(map(str, data))}: {spaces})")
+    check_space(manifest, model_dir, records_space(frame), f"the records ({', '.join(map(str, data))}: {spaces})")
     # Refused unless force; records of any GPU a joint model was trained on are its own.
-    other = check_records_environment(sel, model_dir, records_env, force=force)
+    other = check_records_environment(manifest, model_dir, records_env, force=force)
+    # force: the visible GPU (if any) does not matter here; the records' environment is compared above.
+    sel = Selector.load(model_dir, force=True)
     lines = [
         f"model {model_dir}: {sel.manifest['params']['objective']}, trained on "
         f"{sel.manifest.get('train_problems')} problems of {sel.environment.get('gpu_name')} "
