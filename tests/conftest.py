@@ -13,39 +13,38 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SLICE = REPO / "data" / "samples" / "h200-slice"
 
-#: The test files that take longest, longest first (wall seconds of each alone, ``pytest FILE``, on the 2-core
-#: machine, 2026-12-07, in the comments; * where that includes training the slice's model, which a run does once; a
-#: file split from a longer one: measured beside that one, scaled to that one's figure here).
+#: The test files that take longest, longest first (wall seconds of each within the README's test command on the
+#: 2-core machine, 2026-12-07, in the comments; the first file to need the slice's model trains it, seconds more).
 #: pytest-xdist's ``--dist loadfile`` hands each process one file at a time in the collection's order; these come
 #: first, so that a long file never starts last while the other process has nothing left to do (a long file of few
 #: tests would: xdist's own order puts the files of most tests first). The other files follow in that order, xdist's
 #: own reordering turned off.
 LONG_FILES = (
-    "test_zoo_driver.py",  # 46: four processes of benchmarks/zoo.py's jobs
-    "test_report.py",  # 30* (and the two browser tests where chromium is installed)
-    "test_reliability_sweep.py",  # 26
-    "test_reliability.py",  # 22*
-    "test_bad_inputs_hook.py",  # 22
-    "test_bad_inputs_third.py",  # 21*
+    "test_zoo_driver.py",  # 45: four processes of benchmarks/zoo.py's jobs
+    "test_ray_sweep.py",  # 21: a local Ray cluster's start, most of it waiting (the other process runs meanwhile)
+    "test_reliability.py",  # 21
+    "test_report.py",  # 21 (with the two browser tests where chromium is installed)
+    "test_bad_inputs_third.py",  # 20
     "test_tutorial.py",  # 19
-    "test_shared_decisions.py",  # 19*
-    "test_notebook.py",  # 18
-    "test_joint.py",  # 17
-    "test_bad_inputs_cli.py",  # 15*
-    "test_selector_benchmarks.py",  # 15
-    "test_ray_sweep.py",  # 13: a local Ray cluster's start
-    "test_cli_selector.py",  # 11
-    "test_bad_inputs_models.py",  # 11
-    "test_unseen.py",  # 10
-    "test_targeted_sweep_h100.py",  # 10
-    "test_hook_switching.py",  # 9
-    "test_layers_files.py",  # 9
-    "test_zoo_gpu.py",  # 9
-    "test_ranker.py",  # 9
-    "test_doctor.py",  # 9
-    "test_layers.py",  # 8
-    "test_model_and_record_files.py",  # 8*
-    "test_install.py",  # 8
+    "test_reliability_sweep.py",  # 15
+    "test_notebook.py",  # 14
+    "test_evaluate_layers.py",  # 14
+    "test_joint.py",  # 13
+    "test_shared_decisions.py",  # 10
+    "test_bad_inputs_models.py",  # 10
+    "test_install.py",  # 10
+    "test_logs.py",  # 9
+    "test_bad_inputs_hook.py",  # 9
+    "test_targeted_sweep_h100.py",  # 8
+    "test_cli_selector.py",  # 7
+    "test_bad_inputs_cli.py",  # 7
+    "test_unseen.py",  # 6
+    "test_selector_benchmarks.py",  # 5
+    "test_zoo_gpu.py",  # 5
+    "test_sweep_runs.py",  # 5
+    "test_ranker.py",  # 5
+    "test_model_text.py",  # 5
+    "test_layers_files.py",  # 5
 )
 
 
