@@ -53,21 +53,7 @@ def network_totals(
             by_key[id(table)] = table[["best", *selectors]].to_dict("index")
         table_times = by_key[id(table)]
         for dtype in dtypes:
-            totals = dict.fromkeys(("best", *selectors), 0.0)
-            missing = calls = 0
-            for layer, needs_grad in zip(layers.to_dict("records"), input_needs_grad(layers)):
-                fields = {f: int(layer[f]) for f in SHAPE_FIELDS}
-                p = ConvProblem(**fields, dtype=dtype, layout="nchw")
-                for q in p.directions():
-                    if not call_runs(q.direction, needs_grad):
-                        continue
-                    times = table_times.get(q.key)
-                    if times is None:
-                        missing += 1
-                        continue
-                    calls += 1
-                    for sel in totals:
-                        totals[sel] += float(times[sel])
+            totals, calls, missing = _sums(layers, dtype, table_times, ("best", *selectors))
             if not calls:  # a dtype the records hold elsewhere (the grid's bfloat16) but not for this network
                 continue
             rows.append(
@@ -91,6 +77,28 @@ def network_totals(
     for sel in selectors:
         out[f"{sel}_vs_best"] = out[f"{sel}_ms"] / out["best_ms"]
     return out
+
+
+def _sums(
+    layers: pd.DataFrame, dtype: str, table_times: Mapping[str, Mapping[str, float]], names: tuple[str, ...]
+) -> tuple[dict[str, float], int, int]:
+    """The time of each of ``names`` summed over every call of a network's ``layers`` in ``dtype`` that a training
+    step runs, from ``table_times`` (a problem key's times by name); and the calls summed and those missing."""
+    totals = dict.fromkeys(names, 0.0)
+    missing = calls = 0
+    for layer, needs_grad in zip(layers.to_dict("records"), input_needs_grad(layers)):
+        p = ConvProblem(**{f: int(layer[f]) for f in SHAPE_FIELDS}, dtype=dtype, layout="nchw")
+        for q in p.directions():
+            if not call_runs(q.direction, needs_grad):
+                continue
+            times = table_times.get(q.key)
+            if times is None:
+                missing += 1
+                continue
+            calls += 1
+            for name in totals:
+                totals[name] += float(times[name])
+    return totals, calls, missing
 
 
 def leave_one_network_out(
