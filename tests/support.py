@@ -42,6 +42,10 @@ from algosel.runtime.policy import DEFAULT_POLICY, LookPolicy
 from algosel.runtime.standins import CpuAsCuda, CudaWithoutTrials, FakeDevice, Preferring
 from algosel.testing import exact_calibration
 
+#: The marks of a GPU test module (``pytestmark = GPU_ONLY``): ``gpu``, which the README's command deselects, and
+#: a skip where no CUDA GPU is visible.
+GPU_ONLY = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
 if TYPE_CHECKING:
     from algosel.learn.selector import Selector
 

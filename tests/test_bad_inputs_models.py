@@ -264,8 +264,8 @@ def test_records_of_another_gpu_are_refused_unless_forced(inputs) -> None:
     sel = Selector.load(inputs["other-gpu"])
     records_env = read_manifest(LEGACY)["environment"]
     with pytest.raises(SelectorError, match=r"trained for NVIDIA B200 \(cuDNN 91900\) but the records are of GPU"):
-        check_records_environment(sel, inputs["other-gpu"], records_env)
-    assert check_records_environment(sel, inputs["other-gpu"], records_env, force=True) == [
+        check_records_environment(sel.manifest, inputs["other-gpu"], records_env)
+    assert check_records_environment(sel.manifest, inputs["other-gpu"], records_env, force=True) == [
         "GPU 'NVIDIA H200' (expected 'NVIDIA B200')"
     ]
-    assert check_records_environment(sel, inputs["other-gpu"], sel.environment) == []
+    assert check_records_environment(sel.manifest, inputs["other-gpu"], sel.environment) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support import GPU_ONLY
 
 from algosel.candidates import DEFAULT_ID
 from algosel.operands import TOLERANCE, make_operands, math_mode, reference, relative_error
@@ -17,10 +18,7 @@ from algosel.spaces import make_space
 #: The hook's routes exercised for themselves: switched at the first call, no step trial.
 AT_ONCE = {"probe_calls": 0, "device_probe": CudaWithoutTrials()}
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = GPU_ONLY
 
 SHAPES = [
     dict(n=8, c=64, k=64, h=28, w=28, r=3, s=3, pad_h=1, pad_w=1),  # ResNet-like 3x3

@@ -11,14 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from support import AT_ONCE, close, cudnn_model, directions, prefer
+from support import AT_ONCE, GPU_ONLY, close, cudnn_model, directions, prefer
 
 from algosel.runtime.standins import Preferring
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = GPU_ONLY
 
 
 def _step(model, x):

@@ -12,13 +12,11 @@ import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
+from support import GPU_ONLY
 
 from algosel.candidates import DEFAULT_ID
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = GPU_ONLY
 
 
 def _step_ms(step, iterations: int = 20, warmup: int = 30) -> float:

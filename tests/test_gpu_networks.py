@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import AT_ONCE, close, cudnn_model, directions, prefer
+from support import AT_ONCE, GPU_ONLY, close, cudnn_model, directions, prefer
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = GPU_ONLY
 
 
 def test_cuda_graph_replay_gives_the_eager_results(shipped, tmp_path):

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from support import AT_ONCE, close, cudnn_model, prefer
+from support import AT_ONCE, GPU_ONLY, close, cudnn_model, prefer
 
 from algosel.candidates import DEFAULT_ID
 from algosel.operands import relative_error
@@ -21,10 +21,7 @@ from algosel.runtime.policy import DEFAULT_POLICY, LookPolicy, VerifyTimer
 from algosel.runtime.standins import CudaWithoutTrials
 from algosel.testing import exact_calibration
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = GPU_ONLY
 
 
 def test_verify_mode_measures_once_and_a_new_process_reuses_the_measurements(tmp_path):

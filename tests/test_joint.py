@@ -217,9 +217,9 @@ def test_a_joint_model_scores_records_of_any_of_its_gpus_without_force(joint, tw
     out, _ = joint
     sel = Selector.load(out)
     _, envs = load_records(two_gpus / "h100")
-    assert check_records_environment(sel, out, next(iter(envs.values()))) == []
+    assert check_records_environment(sel.manifest, out, next(iter(envs.values()))) == []
     with pytest.raises(SelectorError, match="pass --force"):
-        check_records_environment(sel, out, {"gpu_name": "NVIDIA A100", "cudnn": 91900})
+        check_records_environment(sel.manifest, out, {"gpu_name": "NVIDIA A100", "cudnn": 91900})
 
 
 def test_a_joint_model_looks_up_the_records_of_the_gpu_it_ranks_for(joint, two_gpus, as_gpu):

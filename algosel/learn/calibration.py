@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from algosel.candidates import DEFAULT_ID
-from algosel.learn.evaluate import Prepared, is_test_shape
+from algosel.learn.evaluate import Prepared, test_shape_rows
 from algosel.learn.rules import on_shortlist
 from algosel.measure.grid import family_of
 from algosel.problem import ConvProblem
@@ -123,8 +123,7 @@ class Calibration:
 def problem_errors(selector: Any, frame: pd.DataFrame, envs: Mapping[str, Any], top_k: int = TOP_K) -> pd.DataFrame:
     """:func:`errors_on` the test shapes of ``frame`` (the records ``selector`` was trained on), the distance
     measured to its training shapes alone."""
-    shapes = frame["problem_key"].map({k: ConvProblem.from_key(k).shape_key for k in frame["problem_key"].unique()})
-    test = is_test_shape(shapes.to_numpy())
+    test = test_shape_rows(frame)
     train = Catalogue.from_records(frame[~test & (frame["status"] == "ok")])
     return errors_on(selector, frame[test].reset_index(drop=True), envs, train, top_k)
 

@@ -71,6 +71,13 @@ def is_test_shape(shape_keys: Iterable[str], fraction: float = TEST_FRACTION) ->
     return np.array([zlib.crc32(k.encode()) % 1000 < 1000 * fraction for k in shape_keys])
 
 
+def test_shape_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Which records of ``frame`` are of the test shapes (:func:`is_test_shape`, worked out once per problem)."""
+    keys = frame["problem_key"].unique()
+    held = dict(zip(keys, is_test_shape(ConvProblem.from_key(k).shape_key for k in keys)))
+    return frame["problem_key"].map(held).to_numpy(dtype=bool)
+
+
 def pick_times(data: pd.DataFrame, scores: np.ndarray, shortlist_rank: int | None = SHORTLIST_RANK) -> pd.DataFrame:
     """Per problem: the time of the highest-scored correct candidate of the shortlist and whether the top-scored
     one was invalid."""
@@ -131,9 +138,7 @@ def held_out_table(sel: Selector, frame: pd.DataFrame, envs: Mapping[str, Mappin
 
     Only the test shapes' records are featurised (a fifth of them: a problem's features depend on its own
     candidate list alone)."""
-    keys = frame["problem_key"].unique()
-    held = dict(zip(keys, is_test_shape(ConvProblem.from_key(k).shape_key for k in keys)))
-    test = Prepared.build(frame[frame["problem_key"].map(held).to_numpy(dtype=bool)], envs)
+    test = Prepared.build(frame[test_shape_rows(frame)], envs)
     return selector_table(frame, pick_times(test.data, sel.ranker.score(test.X), sel.manifest.get("shortlist_rank")))
 
 

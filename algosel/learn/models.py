@@ -100,19 +100,18 @@ def load_default(models_root: str | Path | None = None, force: bool = False, spa
 
 
 def check_records_environment(
-    sel: Selector | Mapping[str, Any], model_dir: str | Path, records_env: Mapping[str, Any], force: bool = False
+    manifest: Mapping[str, Any], model_dir: str | Path, records_env: Mapping[str, Any], force: bool = False
 ) -> list[str]:
-    """How the records' environment differs from the one ``sel`` (a loaded selector, or its manifest alone) was
-    trained for (:func:`mismatches`): a model judged or priced on records of another GPU or cuDNN means nothing, so
-    a difference is refused unless ``force`` (then returned, for the caller to note). The refusal is ``algosel
-    evaluate``'s, word for word.
+    """How the records' environment differs from the one the model of ``manifest`` (a selector's, or one read
+    before loading it: the check costs no load) was trained for (:func:`mismatches`): a model judged or priced on
+    records of another GPU or cuDNN means nothing, so a difference is refused unless ``force`` (then returned, for
+    the caller to note). The refusal is ``algosel evaluate``'s, word for word.
 
     Raises
     ------
     SelectorError
         ``<model_dir> was trained for <GPU> (cuDNN <v>) but the records are of ...; pass --force ...``.
     """
-    manifest = sel.manifest if isinstance(sel, Selector) else sel
     if coverage(model_environments(manifest), records_env)[0] == "exact":
         return []  # records of a GPU the model (joint or not) was trained on
     environment = manifest["environment"]
@@ -125,8 +124,9 @@ def check_records_environment(
     return other
 
 
-def check_space(sel: Selector | Mapping[str, Any], model_dir: str | Path, want: str, what: str) -> None:
-    """Refuse a model (a loaded selector, or its manifest alone: the check then costs no load) of another space
+def check_space(manifest: Mapping[str, Any], model_dir: str | Path, want: str, what: str) -> None:
+    """Refuse the model of ``manifest`` (a selector's, or one read before loading it: the check costs no load) of
+    another space
     than ``want`` (``"cudnn"``: engine configs, GEMM lowering, PyTorch's default; ``"legacy"``: the legacy API's
     algorithms) for ``what`` (the records it is scored on, an option's calls): its picks would be priced among
     candidates it never ranks, and the numbers would mean nothing.
@@ -136,10 +136,11 @@ def check_space(sel: Selector | Mapping[str, Any], model_dir: str | Path, want: 
     SelectorError
         ``<model_dir> selects <space> candidates (<its spaces>); <what> are <want> ones``.
     """
-    spaces = sel.spaces if isinstance(sel, Selector) else tuple(sel.get("spaces", SPACES_DEFAULT))
-    if space_of(spaces) != want:
+    spaces = tuple(manifest.get("spaces", SPACES_DEFAULT))  # as Selector.spaces reads it
+    space = space_of(spaces)
+    if space != want:
         raise SelectorError(
-            f"{model_dir} selects {space_of(spaces)} candidates ({', '.join(spaces)}); {what} are {want} ones: give "
+            f"{model_dir} selects {space} candidates ({', '.join(spaces)}); {what} are {want} ones: give "
             f"a {want} model"
         )
 

@@ -120,7 +120,7 @@ def _records_of_shapes(
 
     frame, envs = load_records(*data)
     frame, _ = one_environment(frame, envs, "an evaluation", " (a joint model: one evaluation per GPU)")
-    check_space(model, model_dir, records_space(frame), f"the records ({', '.join(map(str, data))})")
+    check_space(model.manifest, model_dir, records_space(frame), f"the records ({', '.join(map(str, data))})")
     shapes = {
         ConvProblem(**{f: int(row[f]) for f in SHAPE_FIELDS}).shape_key
         for layers_frame in frames.values()

@@ -49,7 +49,7 @@ def load_pricing(models: dict[str, str | None], data: Sequence[str] | None, forc
         try:
             pricing.dirs[api] = models.get(api) or default_model_dir(space=space)
             pricing.selectors[api] = Selector.load(pricing.dirs[api], force=force)
-            check_space(pricing.selectors[api], pricing.dirs[api], space, f"{option}'s calls ({api} API)")
+            check_space(pricing.selectors[api].manifest, pricing.dirs[api], space, f"{option}'s calls ({api} API)")
         except SelectorError as exc:
             if models.get(api):  # the model asked for: a wrong one is an error, not an empty column
                 raise
@@ -70,7 +70,7 @@ def _check_environment(pricing: Pricing, models: dict[str, str | None], records_
         if api not in pricing.selectors:
             continue
         try:
-            other = check_records_environment(pricing.selectors[api], pricing.dirs[api], records_env, force)
+            other = check_records_environment(pricing.selectors[api].manifest, pricing.dirs[api], records_env, force)
             if other:
                 pricing.warnings.append(f"warning: {pricing.dirs[api]} priced on records of another environment "
                                         f"(--force): {', '.join(other)}")  # fmt: skip

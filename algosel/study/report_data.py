@@ -157,7 +157,7 @@ def _load(
     # One GPU x cuDNN at a time: a problem's candidates are only comparable when measured on the same one.
     kept, records_env = main_environment(frame, envs)
     if sel is not None:  # the model's picks priced on another GPU's records would mean nothing
-        other = check_records_environment(sel, model_dir, records_env, force)
+        other = check_records_environment(sel.manifest, model_dir, records_env, force)
         if other:
             notes.append(f"scored on records of another environment (--force): {', '.join(other)}")
     if len(kept) < len(frame):
